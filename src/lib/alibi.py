@@ -1,0 +1,89 @@
+"""ALiBi: attention with linear biases (Press, Smith & Lewis, ICLR 2022).
+
+No position is added to the tokens. Instead every head ``h`` subtracts a
+penalty proportional to the distance from the attention logits,
+
+.. math:: \\text{score}_h(i, j) = \\frac{q_i \\cdot k_j}{\\sqrt{d}} - m_h\\,|i - j|,
+
+with a fixed, head-specific slope :math:`m_h`. The penalty is *not* divided by
+:math:`\\sqrt{d}`. Slopes form a geometric sequence (Sec. 3 of the paper).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Union
+
+import torch
+
+from .masks import relative_positions
+
+__all__ = ["alibi_slopes", "alibi_bias"]
+
+
+def _power_of_two_slopes(n: int) -> list:
+    # 2^(-8/n), 2^(-16/n), ..., 2^(-8): start and ratio both 2^(-8/n).
+    start = 2.0 ** (-8.0 / n)
+    return [start ** (h + 1) for h in range(n)]
+
+
+def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Per-head ALiBi slopes, exactly as in the authors' code.
+
+    For ``n_heads`` a power of two the slopes are the geometric sequence
+    ``2^(-8/n), 2^(-16/n), ..., 2^(-8)`` (8 heads: 1/2, 1/4, ..., 1/256).
+    Otherwise, with ``p`` the largest power of two below ``n_heads``, they are
+    the ``p`` slopes of ``p`` heads followed by every other slope of ``2p``
+    heads (``slopes(2p)[0::2]``) until there are ``n_heads``. The one-line
+    formula ``2^(-8h/n)`` differs from this rule (e.g. for 6 or 12 heads).
+
+    Returns:
+        ``(n_heads,)`` tensor of positive slopes, largest first.
+
+    >>> alibi_slopes(4).tolist()
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    """
+    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
+        raise ValueError(f"n_heads must be an integer >= 1, got {n_heads!r}")
+    p = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = _power_of_two_slopes(p)
+    if p < n_heads:
+        slopes += _power_of_two_slopes(2 * p)[0::2][: n_heads - p]
+    return torch.tensor(slopes, dtype=torch.float64).to(dtype)
+
+
+def alibi_bias(
+    n_heads_or_slopes: Union[int, Sequence[float], torch.Tensor],
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: Optional[torch.device] = None,
+) -> torch.Tensor:
+    """The additive ALiBi bias ``-m_h * |i - j|`` for every head.
+
+    Query ``i`` sits at key position ``i + k_len - q_len`` (bottom-right
+    alignment). Under a causal mask only ``j <= i`` is visible, where
+    ``|i - j| = i - j``. Without a mask the same tensor is the symmetric,
+    bidirectional variant, which cannot tell left from right.
+
+    Args:
+        n_heads_or_slopes: a head count (slopes from :func:`alibi_slopes`) or
+            explicit ``(heads,)`` slopes.
+
+    Returns:
+        ``(heads, q_len, k_len)`` tensor, 0 on the diagonal, negative elsewhere.
+    """
+    if isinstance(n_heads_or_slopes, int) and not isinstance(n_heads_or_slopes, bool):
+        slopes = alibi_slopes(n_heads_or_slopes, dtype=torch.float64)
+    else:
+        slopes = torch.as_tensor(n_heads_or_slopes).detach().cpu().to(torch.float64)
+        if slopes.ndim != 1 or slopes.numel() == 0:
+            raise ValueError(f"slopes must be a non-empty 1-D tensor, got shape {tuple(slopes.shape)}")
+    # Exact in float64; Apple MPS has no float64, float32 is exact there for
+    # power-of-two slopes and distances below 2**24.
+    work = torch.float32 if device is not None and torch.device(device).type == "mps" else torch.float64
+    # -|i - j| negated in integers, so the diagonal is +0.0 rather than -0.0
+    neg_distance = (-relative_positions(q_len, k_len, device=device).abs()).to(work)  # (q, k)
+    slopes = slopes.to(device=neg_distance.device, dtype=work)
+    return (slopes[:, None, None] * neg_distance).to(dtype)  # (heads, q, k)
