@@ -290,11 +290,15 @@ def interactive(
 
 
 class _BookRenderer(MimetypeRenderer):
-    """plotly JSON for notebook front ends plus an HTML div for the website."""
+    """plotly JSON for notebook front ends plus an HTML div for the website.
+
+    While the website is built (``$POSENC_STATIC``) only the HTML is emitted:
+    the site's pages have no use for the JSON copy.
+    """
 
     def to_mimebundle(self, fig_dict):
         fig = go.Figure(fig_dict)
-        bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
+        bundle = {} if is_static() else pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
         bundle["text/html"] = pio.to_html(
             fig, full_html=False, include_plotlyjs=False, include_mathjax=False,
             config=_CONFIG,

@@ -1,0 +1,52 @@
+# Train Short, Test Long: build the book and run the tests.
+#
+#   make book    build the website into _build/html (executes every notebook)
+#   make test    library tests + every chapter notebook (nbval) + browser tests
+#                of the built site (when _build/html exists)
+#
+# Both create or update the virtual environment $(VENV) from requirements.txt.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The torch this book is tested with; it is installed only when the venv has none.
+# Any torch >= 2.1 works: `make TORCH=torch book`, or pre-install your own.
+TORCH  ?= torch==2.13.0
+# Running mode of the notebooks: small (seconds per model, CPU) or full (GPU).
+SIZE   ?= small
+SITE   := _build/html
+
+.PHONY: all book test test-lib test-notebooks test-site benchmarks venv clean
+
+all: test
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install "$(TORCH)"
+	$(BIN)/python -m pip install -r requirements.txt
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+book: venv
+	POSENC_SIZE=$(SIZE) POSENC_STATIC=1 $(BIN)/jupyter-book build --all -W --keep-going .
+	@echo "The website is in $(SITE)/index.html"
+
+test: venv
+	POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest tests chapters --nbval-lax -p no:cacheprovider
+
+test-lib: venv
+	$(BIN)/python -m pytest tests -p no:cacheprovider
+
+test-notebooks: venv
+	POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest chapters --nbval-lax -p no:cacheprovider
+
+test-site: venv
+	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/test_site.py -p no:cacheprovider
+
+benchmarks: venv
+	$(BIN)/python benchmarks/attention.py
+
+clean:
+	rm -rf _build .pytest_cache

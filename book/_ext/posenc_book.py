@@ -1,0 +1,72 @@
+"""Sphinx extension for the book: serve plotly.js and MathJax from the site itself.
+
+* plotly.js comes from the ``plotly`` Python package (the exact version that
+  produced the figures) and is loaded once per page; figures are emitted by
+  ``posenc.viz``'s renderer as ``<div>`` + ``Plotly.newPlot`` calls.
+* MathJax 3 comes from the ``sphinx-mathjax-offline`` package.
+
+Both are copied into ``_static/vendor/`` so the site needs no network.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from importlib import metadata
+from pathlib import Path
+
+import plotly
+
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+VENDOR = "vendor"
+
+
+def _mathjax_dir() -> Path:
+    dist = metadata.distribution("sphinx-mathjax-offline")
+    return Path(dist.locate_file("sphinx-mathjax-offline/static/mathjax"))
+
+
+def _set_paths(app, config) -> None:
+    config.mathjax_path = f"{VENDOR}/mathjax/tex-chtml.js"
+    # Executed notebooks depend on the running mode: keep one cache per mode,
+    # so that a `small` build never shows the figures of a `full` one.
+    mode = os.environ.get("POSENC_SIZE", "").strip().lower() or "auto"
+    cache = Path(config.nb_execution_cache_path or Path(app.outdir).parent / ".jupyter_cache")
+    config.nb_execution_cache_path = str(cache.with_name(f"{cache.name}-{mode}"))
+
+
+def _copy_assets(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    target = Path(app.outdir) / "_static" / VENDOR
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(PLOTLY_JS, target / "plotly.min.js")
+    shutil.copytree(_mathjax_dir(), target / "mathjax", dirs_exist_ok=True)
+
+
+def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
+    # sphinx-thebe registers an inline `const THEBE_JS_URL = ...` script, which
+    # Sphinx 7.4 lists twice (once with filename None, once with ''): browsers
+    # then report a redeclaration error. Keep the first copy of every script.
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen, unique = set(), []
+    for script in scripts:
+        key = (str(getattr(script, "filename", script) or ""),
+               tuple(sorted(getattr(script, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
+def setup(app):
+    for path in (PLOTLY_JS, _mathjax_dir()):
+        if not path.exists():
+            raise RuntimeError(f"offline asset missing: {path}; reinstall requirements.txt")
+    app.connect("config-inited", _set_paths)
+    app.add_js_file(f"{VENDOR}/plotly.min.js", priority=100)
+    app.connect("build-finished", _copy_assets)
+    app.connect("html-page-context", _dedupe_scripts, priority=900)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,176 @@
+"""Browser tests of the built website, in headless Chromium (Debian's package).
+
+Run after `make book`; they are skipped when the site or Chromium is missing,
+unless POSENC_REQUIRE_SITE=1 (as in `make test-site` and CI), where that fails.
+No request may leave the machine: plotly.js, MathJax and fonts are local.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+SITE = Path(__file__).resolve().parent.parent / "_build" / "html"
+REQUIRED = os.environ.get("POSENC_REQUIRE_SITE", "") not in ("", "0")
+CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+
+
+def _missing(reason):
+    if REQUIRED:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+PAGES = sorted(
+    p.relative_to(SITE).as_posix()
+    for p in SITE.rglob("*.html")
+    if not {"_static", "_sources", "_images"} & set(p.relative_to(SITE).parts)
+) if SITE.exists() else []
+CHAPTERS = [p for p in PAGES if p.startswith("chapters/")]
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (SITE / "index.html").exists():
+        _missing(f"no built site at {SITE}: run `make book` first")
+    handler = functools.partial(_QuietHandler, directory=str(SITE))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        _missing(f"Chromium not found at {CHROMIUM} (Debian: apt-get install chromium)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )
+        yield b
+        b.close()
+
+
+class Visit:
+    """A page opened in a fresh context, with its console errors and outside requests."""
+
+    def __init__(self, browser, server, path):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.page = self.context.new_page()
+        self.errors, self.outside = [], []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+        def route(r):
+            host = urlparse(r.request.url).hostname
+            if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+                return r.continue_()
+            self.outside.append(r.request.url)
+            return r.abort()
+
+        self.page.route("**/*", route)
+        self.page.goto(f"{server}/{path}", wait_until="load")
+        self.page.wait_for_timeout(300)
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def visit(browser, server):
+    opened = []
+
+    def _open(path):
+        v = Visit(browser, server, path)
+        opened.append(v)
+        return v
+
+    yield _open
+    for v in opened:
+        v.close()
+
+
+def test_site_has_every_chapter():
+    if not SITE.exists():
+        _missing(f"no built site at {SITE}")
+    toc = (SITE.parent.parent / "_toc.yml").read_text()
+    for line in toc.splitlines():
+        line = line.strip()
+        if line.startswith("- file:"):
+            page = line.split(":", 1)[1].strip() + ".html"
+            assert page in PAGES, f"{page} missing from the built site"
+
+
+@pytest.mark.parametrize("path", PAGES or ["index.html"])
+def test_page_loads_offline_without_errors(visit, path):
+    v = visit(path)
+    assert v.page.title()
+    assert v.errors == [], f"console errors on {path}: {v.errors}"
+    assert v.outside == [], f"{path} asked the network for {v.outside}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS or ["chapters/none.html"])
+def test_chapter_figures_render_and_math_typesets(visit, path):
+    v = visit(path)
+    page = v.page
+    divs = page.locator("div.plotly-graph-div")
+    assert divs.count() >= 1, f"{path} has no plotly figure"
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('div.plotly-graph-div')]"
+        ".every(d => d._fullLayout && d.querySelector('svg.main-svg'))",
+        timeout=20000,
+    )
+    if page.locator(".math").count():
+        page.wait_for_selector("mjx-container", timeout=20000)
+
+
+@pytest.mark.parametrize("path", CHAPTERS or ["chapters/none.html"])
+def test_chapter_sliders_move_and_change_the_figure(visit, path):
+    v = visit(path)
+    page = v.page
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('div.plotly-graph-div')].every(d => d._fullLayout)",
+        timeout=20000,
+    )
+    n_sliders = page.evaluate(
+        "() => [...document.querySelectorAll('div.plotly-graph-div')]"
+        ".filter(d => (d.layout.sliders || []).length).length"
+    )
+    assert n_sliders >= 1, f"{path} has no figure with a slider"
+    for index in range(n_sliders):
+        state = (
+            "(i) => { const d = [...document.querySelectorAll('div.plotly-graph-div')]"
+            ".filter(d => (d.layout.sliders || []).length)[i];"
+            " return {active: d.layout.sliders[0].active || 0, steps: d.layout.sliders[0].steps.length,"
+            " visible: d.data.map(t => t.visible !== false)}; }"
+        )
+        before = page.evaluate(state, index)
+        rail = page.locator("div.plotly-graph-div:has(g.slider-container) g.slider-rail-rect,"
+                            " div.plotly-graph-div:has(g.slider-container) rect.slider-rail-rect").nth(index)
+        rail.scroll_into_view_if_needed()
+        box = rail.bounding_box()
+        target = 0.02 if before["active"] >= before["steps"] // 2 else 0.98
+        page.mouse.click(box["x"] + target * box["width"], box["y"] + box["height"] / 2)
+        page.wait_for_timeout(200)
+        after = page.evaluate(state, index)
+        assert after["active"] != before["active"], f"slider {index} on {path} did not move"
+        assert after["visible"] != before["visible"], f"slider {index} on {path} did not change the figure"
+    assert v.errors == []
