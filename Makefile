@@ -15,6 +15,8 @@ TORCH  ?= torch==2.13.0
 # Running mode of the notebooks: small (seconds per model, CPU) or full (GPU).
 SIZE   ?= small
 SITE   := _build/html
+# pytest workers: notebooks run side by side, each in its own kernel.
+JOBS   ?= 2
 
 .PHONY: all book test test-lib test-notebooks test-site benchmarks venv clean
 
@@ -34,13 +36,15 @@ book: venv
 	@echo "The website is in $(SITE)/index.html"
 
 test: venv
-	POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest tests chapters --nbval-lax -p no:cacheprovider
+	POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest tests chapters --nbval-lax -p no:cacheprovider \
+		-n $(JOBS) --dist loadfile
 
 test-lib: venv
 	$(BIN)/python -m pytest tests -p no:cacheprovider
 
 test-notebooks: venv
-	POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest chapters --nbval-lax -p no:cacheprovider
+	POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest chapters --nbval-lax -p no:cacheprovider \
+		-n $(JOBS) --dist loadfile
 
 test-site: venv
 	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/test_site.py -p no:cacheprovider
