@@ -17,9 +17,10 @@ Every public name of the topic modules (``posenc.rope``, ``posenc.alibi``, ...)
 is re-exported here; ``posenc.viz`` holds the plotting helpers.
 """
 
-from . import alibi, masks, rope, runtime, sinusoidal, viz
+from . import alibi, bias, masks, rope, runtime, sinusoidal, viz
 from . import attention as _attention
 from .alibi import *  # noqa: F401,F403
+from .bias import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .masks import *  # noqa: F401,F403
 from .rope import *  # noqa: F401,F403
@@ -32,6 +33,7 @@ __all__ = [
     *sinusoidal.__all__,
     *rope.__all__,
     *alibi.__all__,
+    *bias.__all__,
     *masks.__all__,
     *_attention.__all__,
     *runtime.__all__,

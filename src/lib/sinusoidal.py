@@ -11,11 +11,24 @@ Because :math:`\\sin a \\sin b + \\cos a \\cos b = \\cos(a - b)`, the dot produc
 
 from __future__ import annotations
 
-from typing import Union
+import math
+import numbers
+from typing import Optional, Tuple, Union
 
+import numpy as np
 import torch
+from torch import nn
 
-__all__ = ["sinusoidal_frequencies", "sinusoidal_embedding", "sinusoidal_similarity"]
+__all__ = [
+    "sinusoidal_frequencies",
+    "sinusoidal_embedding",
+    "sinusoidal_similarity",
+    "sinusoidal_wavelengths",
+    "sinusoidal_shift_matrix",
+    "sinusoidal_period_coverage",
+    "sinusoidal_nearest_distance",
+    "SinusoidalPositionalEmbedding",
+]
 
 Positions = Union[int, torch.Tensor]
 
@@ -101,3 +114,177 @@ def sinusoidal_similarity(
     rel = _as_positions(distances)
     sim = torch.cos(rel[..., None] * sinusoidal_frequencies(dim, base)).sum(-1)
     return sim / (dim // 2) if normalized else sim
+
+
+# ---------------------------------------------------------------------------
+# Helpers for chapter 2: wavelengths, the shift matrix, what training covers,
+# and an ``nn.Module`` that adds the table to token embeddings.
+# ---------------------------------------------------------------------------
+
+
+def _check_length(train_length: int) -> None:
+    if isinstance(train_length, bool) or not isinstance(train_length, int) or train_length < 1:
+        raise ValueError(f"train_length must be an int >= 1, got {train_length!r}")
+
+
+def sinusoidal_wavelengths(dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Wavelength (in positions) of each sin/cos channel pair: ``2 pi / theta_i``.
+
+    Vaswani et al. (2017, Sec. 3.5): a geometric progression from ``2 pi`` (pair 0)
+    up to ``2 pi * base ** ((dim - 2) / dim)`` (the last pair), just short of
+    ``2 pi * base``.
+
+    Returns:
+        ``(dim // 2,)`` float64 tensor, increasing.
+
+    >>> [round(w, 4) for w in sinusoidal_wavelengths(4, base=100.0).tolist()]  # 2 pi, 2 pi * 10
+    [6.2832, 62.8319]
+    """
+    return 2 * math.pi / sinusoidal_frequencies(dim, base)
+
+
+def sinusoidal_shift_matrix(shift: float, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """The matrix ``R_k`` with ``p_{m+k} = R_k p_m`` for every position ``m``.
+
+    From ``sin((m+k)t) = sin(mt)cos(kt) + cos(mt)sin(kt)`` and
+    ``cos((m+k)t) = cos(mt)cos(kt) - sin(mt)sin(kt)``, each (sin, cos) channel
+    pair ``(2i, 2i+1)`` is mapped by the 2x2 block
+    ``[[cos k theta_i, sin k theta_i], [-sin k theta_i, cos k theta_i]]``:
+    a rotation that depends on the offset ``k`` but not on ``m`` (the property
+    Vaswani et al. gave as the reason for choosing sinusoids).
+
+    Args:
+        shift: the offset ``k`` (any real number; negative shifts move left).
+        dim: even model dimension ``d``.
+
+    Returns:
+        ``(dim, dim)`` float64 block-diagonal orthogonal matrix; for row vectors,
+        ``sinusoidal_embedding(m + k) == sinusoidal_embedding(m) @ R_k.T``.
+    """
+    _check_dim(dim, "sinusoidal_shift_matrix")
+    ok = isinstance(shift, numbers.Real) and not isinstance(shift, (bool, np.bool_))
+    if isinstance(shift, torch.Tensor) and shift.numel() == 1 and not shift.dtype == torch.bool:
+        ok = True
+    k = float(shift) if ok else math.nan
+    if not math.isfinite(k):
+        raise ValueError(f"shift must be a finite number, got {shift!r}")
+    angles = k * sinusoidal_frequencies(dim, base)  # (d/2,)
+    c, s = angles.cos(), angles.sin()
+    sin_ch = torch.arange(0, dim, 2)
+    cos_ch = sin_ch + 1
+    rot = torch.zeros(dim, dim, dtype=torch.float64)
+    rot[sin_ch, sin_ch] = c
+    rot[sin_ch, cos_ch] = s
+    rot[cos_ch, sin_ch] = -s
+    rot[cos_ch, cos_ch] = c
+    return rot
+
+
+def sinusoidal_period_coverage(train_length: int, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Fraction of each channel pair's period that positions ``0 .. L-1`` sweep.
+
+    Pair ``i`` turns by ``theta_i`` per position, so training positions
+    ``0 .. L-1`` cover the angles ``[0, (L-1) theta_i]``: the fraction
+    ``min(1, (L-1) theta_i / (2 pi))`` of a full turn. Pairs below 1 take values
+    beyond position ``L`` that training never produced (the smoothness argument
+    of Su, 2023, "Transformer upgrade road 7").
+
+    Returns:
+        ``(dim // 2,)`` float64 tensor in ``[0, 1]``.
+    """
+    _check_length(train_length)
+    turned = (train_length - 1) * sinusoidal_frequencies(dim, base)
+    return (turned / (2 * math.pi)).clamp(max=1.0)
+
+
+def sinusoidal_nearest_distance(
+    positions: Positions,
+    train_length: int,
+    dim: int,
+    base: float = 10000.0,
+    *,
+    return_index: bool = False,
+    chunk: int = 4096,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Distance from ``p_n`` to the nearest training encoding ``p_0 .. p_{L-1}``.
+
+    ``min_{0 <= m < L} ||p_n - p_m||``. Because ``||p_n - p_m||^2 = d - 2 p_n . p_m``
+    and ``p_n . p_m`` depends on ``n - m`` only, this is zero for ``0 <= n < L``
+    and positive for any other integer ``n`` (``theta_0 = 1`` makes ``p_n != p_m``
+    for ``n != m``).
+
+    Args:
+        positions: an int ``N`` (positions ``0 .. N-1``) or a tensor of positions ``(...)``.
+        train_length: ``L``, the number of training positions.
+        dim: even model dimension ``d``.
+        return_index: also return the index ``m`` of the nearest training encoding.
+        chunk: positions processed at once (bounds memory to ``chunk * L`` floats).
+
+    Returns:
+        float64 distances with the shape of the positions, and optionally the
+        ``int64`` indices of the nearest training positions.
+    """
+    _check_dim(dim, "sinusoidal_nearest_distance")
+    _check_length(train_length)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be an int >= 1, got {chunk!r}")
+    pos = _as_positions(positions)
+    flat = pos.reshape(-1)
+    train = sinusoidal_embedding(train_length, dim, base, dtype=torch.float64)  # (L, d)
+    dists, idxs = [], []
+    for start in range(0, flat.numel(), chunk):
+        p = sinusoidal_embedding(flat[start:start + chunk], dim, base, dtype=torch.float64)
+        # exact differences (the matmul shortcut loses ~1e-8 near zero distance)
+        dist, idx = torch.cdist(p, train, compute_mode="donot_use_mm_for_euclid_dist").min(dim=-1)
+        dists.append(dist)
+        idxs.append(idx)
+    dist = torch.cat(dists).reshape(pos.shape) if dists else flat.new_zeros(pos.shape)
+    if not return_index:
+        return dist
+    idx = torch.cat(idxs).reshape(pos.shape) if idxs else torch.zeros(pos.shape, dtype=torch.long)
+    return dist, idx
+
+
+class SinusoidalPositionalEmbedding(nn.Module):
+    """Adds Vaswani's sinusoidal encodings to token embeddings (no parameters).
+
+    ``forward(x)`` returns ``x + scale * p_{positions}``; the table is computed on
+    the fly in float64 and cast to ``x.dtype``, so any position has an encoding
+    (unlike a learned table with a fixed number of rows).
+
+    Args:
+        dim: model dimension ``d`` (even); the last dimension of ``x``.
+        base: the wavelength scale (10000 in the paper).
+        scale: multiplier on the encodings (1 in the paper; some code uses
+            ``1 / sqrt(d)`` on the encodings or ``sqrt(d)`` on the tokens instead).
+    """
+
+    def __init__(self, dim: int, base: float = 10000.0, *, scale: float = 1.0) -> None:
+        super().__init__()
+        _check_dim(dim, "SinusoidalPositionalEmbedding")
+        _check_base(base)
+        self.dim = dim
+        self.base = float(base)
+        self.scale = float(scale)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, base={self.base:g}, scale={self.scale:g}"
+
+    def forward(self, x: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x``: ``(..., seq, dim)``; ``positions``: ``(seq,)`` or broadcastable
+        ``(..., seq)`` (default ``0 .. seq-1``). Returns the same shape as ``x``."""
+        if x.ndim < 2 or x.shape[-1] != self.dim:
+            raise ValueError(
+                f"expected x of shape (..., seq, {self.dim}), got {tuple(x.shape)}"
+            )
+        seq = x.shape[-2]
+        if positions is None:
+            positions = torch.arange(seq)
+        positions = torch.as_tensor(positions)
+        if positions.ndim == 0 or positions.shape[-1] != seq:
+            raise ValueError(
+                f"positions must end in the sequence length {seq}, got shape {tuple(positions.shape)}"
+            )
+        table = sinusoidal_embedding(positions.detach().cpu(), self.dim, self.base,
+                                     dtype=torch.float64)  # (..., seq, d)
+        return x + (self.scale * table).to(dtype=x.dtype, device=x.device)
