@@ -17,7 +17,7 @@ Every public name of the topic modules (``posenc.rope``, ``posenc.alibi``, ...)
 is re-exported here; ``posenc.viz`` holds the plotting helpers.
 """
 
-from . import alibi, bias, masks, rope, runtime, sinusoidal, viz
+from . import alibi, bias, masks, rope, runtime, sinusoidal, viz, xpos
 from . import attention as _attention
 from .alibi import *  # noqa: F401,F403
 from .bias import *  # noqa: F401,F403
@@ -26,6 +26,7 @@ from .masks import *  # noqa: F401,F403
 from .rope import *  # noqa: F401,F403
 from .runtime import *  # noqa: F401,F403
 from .sinusoidal import *  # noqa: F401,F403
+from .xpos import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     *bias.__all__,
     *masks.__all__,
     *_attention.__all__,
+    *xpos.__all__,
     *runtime.__all__,
     "viz",
 ]

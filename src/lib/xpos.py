@@ -1,0 +1,375 @@
+"""xPos: RoPE with an exponential decay (Sun et al., ACL 2023, "A Length-Extrapolatable Transformer").
+
+RoPE rotates a query at position ``m`` and a key at position ``n`` by ``R_m`` and
+``R_n``. xPos additionally *scales* them, queries up and keys down, with a
+per-channel-pair factor ``zeta_i`` raised to the position over a scale base
+``B``:
+
+.. math::
+    q_m \\to R_m q_m\\, \\zeta^{m/B}, \\qquad k_n \\to R_n k_n\\, \\zeta^{-n/B},
+
+so that the score of pair ``i`` is the RoPE score times ``zeta_i^{(m-n)/B}``,
+a function of the offset ``m - n`` alone. With ``zeta_i < 1`` it decays with
+distance for ``m >= n`` and *grows* for ``m < n``: xPos is meant for causal
+attention only.
+
+* ``zeta_i = (2i/d + gamma) / (1 + gamma)``, ``gamma = 0.4``, ``B = 512``
+  (the authors' ``torchscale`` code); fast-rotating pairs (small ``i``) decay
+  fastest.
+* The factors ``zeta^{-n/B}`` of the keys grow exponentially, so positions are
+  *centred* (``n - c`` with ``c`` the middle position) before exponentiating:
+  the shift cancels in every score and halves the largest exponent.
+* At inference the authors add blockwise causal attention (BCA,
+  :func:`blockwise_causal_mask`): each query sees its own block of keys and the
+  previous one.
+
+Scales and rotations are computed in float64 (float32 on Apple MPS, which has
+no float64) and cast back to the input dtype at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from .masks import check_lengths, relative_positions
+from .rope import rope_cos_sin
+
+__all__ = [
+    "xpos_zeta",
+    "xpos_scales",
+    "apply_xpos",
+    "XPos",
+    "blockwise_causal_mask",
+]
+
+
+def _check_dim(dim: int) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
+        raise ValueError(f"xPos scales channel pairs: head_dim must be even and >= 2, got {dim!r}")
+
+
+def _check_gamma(gamma: float) -> None:
+    if not (isinstance(gamma, (int, float)) and not isinstance(gamma, bool)) or not (
+        0 < gamma < math.inf
+    ):
+        raise ValueError(f"xPos gamma must be a finite number > 0, got {gamma!r}")
+
+
+def _check_scale_base(scale_base: float) -> None:
+    if not (isinstance(scale_base, (int, float)) and not isinstance(scale_base, bool)) or not (
+        scale_base > 0
+    ):
+        raise ValueError(
+            f"xPos scale_base must be > 0 (math.inf switches the decay off), got {scale_base!r}"
+        )
+
+
+def _work(device: torch.device) -> Tuple[torch.device, torch.dtype]:
+    """float64 wherever it exists; Apple MPS has none, float32 is used there."""
+    if device.type == "mps":
+        return device, torch.float32
+    return device, torch.float64
+
+
+def xpos_zeta(dim: int, gamma: float = 0.4) -> torch.Tensor:
+    """Per-pair decay bases ``zeta_i = (2i/d + gamma) / (1 + gamma)``, ``i = 0 .. d/2 - 1``.
+
+    Sun et al. (2023); the same numbers as the authors' ``torchscale`` code,
+    ``(arange(0, d, 2) + gamma d) / ((1 + gamma) d)``. They increase from
+    ``gamma / (1 + gamma)`` (0.2857 for ``gamma = 0.4``) towards 1.
+
+    Returns:
+        ``(dim // 2,)`` float64 tensor, every entry in ``(0, 1)``.
+
+    >>> xpos_zeta(4, gamma=1.0).tolist()
+    [0.5, 0.75]
+    """
+    _check_dim(dim)
+    _check_gamma(gamma)
+    two_i = torch.arange(0, dim, 2, dtype=torch.float64)
+    return (two_i / dim + gamma) / (1.0 + gamma)
+
+
+def _center(positions: torch.Tensor) -> torch.Tensor:
+    """Midpoint of the positions along the last dimension, kept for broadcasting."""
+    return (positions.amax(dim=-1, keepdim=True) + positions.amin(dim=-1, keepdim=True)) / 2
+
+
+def xpos_scales(
+    positions: torch.Tensor,
+    dim: int,
+    gamma: float = 0.4,
+    scale_base: float = 512,
+    centered: bool = True,
+    *,
+    interleaved: bool = False,
+    center: Optional[float] = None,
+) -> torch.Tensor:
+    """Per-position, per-channel xPos factors ``zeta_i ** ((pos - c) / scale_base)``.
+
+    Queries are multiplied by these factors and keys divided by them
+    (:func:`apply_xpos`). The shift ``c`` cancels in every query-key score, so
+    it only matters numerically: with ``centered=True`` it is the midpoint of
+    ``positions`` (``(min + max) / 2`` along the last dimension), which halves
+    the largest exponent compared with ``c = 0`` (``centered=False``).
+
+    Args:
+        positions: ``(..., seq)`` positions (any real values).
+        dim: head dimension (even).
+        gamma: ``gamma`` of :func:`xpos_zeta` (0.4 in the paper).
+        scale_base: ``B`` (512 in the paper); ``math.inf`` gives factors of 1 (plain RoPE).
+        centered: subtract the midpoint of ``positions`` before exponentiating.
+        interleaved: lay the ``dim/2`` factors out as ``[z0, z0, z1, z1, ...]``
+            (pairs ``(2i, 2i+1)``) instead of ``[z0, z1, ..., z0, z1, ...]``
+            (half-split pairs ``(i, i + dim/2)``), matching
+            :func:`posenc.apply_rope`.
+        center: an explicit shift ``c``, overriding ``centered``.
+
+    Returns:
+        ``(..., seq, dim)`` float64 tensor (float32 on MPS), on the device of
+        ``positions``.
+    """
+    zeta = xpos_zeta(dim, gamma)
+    _check_scale_base(scale_base)
+    positions = torch.as_tensor(positions)
+    if positions.ndim == 0:
+        raise ValueError("positions must have at least one dimension (..., seq)")
+    device, work = _work(positions.device)
+    pos = positions.to(device=device, dtype=work)
+    if center is not None:
+        pos = pos - float(center)
+    elif centered:
+        pos = pos - _center(pos)
+    exponent = pos[..., None] / scale_base  # (..., seq, 1)
+    scale = zeta.to(device=device, dtype=work) ** exponent  # (..., seq, dim/2)
+    if interleaved:
+        return scale.repeat_interleave(2, dim=-1)
+    return torch.cat((scale, scale), dim=-1)
+
+
+def _rotate_pairs(x: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """(a, b) -> (-b, a) for every channel pair, in the given layout."""
+    if interleaved:
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((-odd, even), dim=-1).flatten(-2)
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def _xpos_tables(
+    positions: torch.Tensor,
+    dim: int,
+    base: float,
+    gamma: float,
+    scale_base: float,
+    interleaved: bool,
+    centered: bool,
+    device: torch.device,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """cos, sin and scale, each ``(..., k_len, dim)`` in the working dtype on ``device``."""
+    device, work = _work(device)
+    positions = torch.as_tensor(positions, device=device)
+    cos, sin = rope_cos_sin(positions, dim, base, interleaved=interleaved, dtype=work, device=device)
+    scale = xpos_scales(positions, dim, gamma, scale_base, centered, interleaved=interleaved)
+    return cos, sin, scale.to(device=device, dtype=work)
+
+
+def _apply_tables(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    scale: torch.Tensor,
+    interleaved: bool,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    q_len = q.shape[-2]
+    work = cos.dtype
+    qw, kw = q.to(work), k.to(work)
+    q_out = (qw * cos[..., -q_len:, :] + _rotate_pairs(qw, interleaved) * sin[..., -q_len:, :])
+    q_out = q_out * scale[..., -q_len:, :]
+    k_out = (kw * cos + _rotate_pairs(kw, interleaved) * sin) / scale
+    return q_out.to(q.dtype), k_out.to(k.dtype)
+
+
+def _check_qk(q: torch.Tensor, k: torch.Tensor) -> None:
+    if q.ndim < 2 or k.ndim < 2:
+        raise ValueError(
+            f"q and k must be (..., seq, head_dim); got shapes {tuple(q.shape)}, {tuple(k.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share head_dim; got {q.shape[-1]} and {k.shape[-1]}")
+    _check_dim(q.shape[-1])
+    if q.shape[-2] > k.shape[-2]:
+        raise ValueError(
+            f"q_len ({q.shape[-2]}) must be <= k_len ({k.shape[-2]}): "
+            "queries are the last q_len key positions"
+        )
+
+
+def apply_xpos(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    positions: Optional[torch.Tensor] = None,
+    *,
+    base: float = 10000.0,
+    gamma: float = 0.4,
+    scale_base: float = 512,
+    interleaved: bool = False,
+    centered: bool = True,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Rotate queries and keys by RoPE, then scale queries up and keys down (xPos).
+
+    ``q'_m = R_m q_m * zeta^((m - c)/B)`` and ``k'_n = R_n k_n / zeta^((n - c)/B)``
+    channel-pair-wise, so that
+
+    .. math:: q'_m \\cdot k'_n = \\sum_i \\zeta_i^{(m-n)/B}\\,
+              \\big[(R_m q_m) \\cdot (R_n k_n)\\big]_{\\text{pair } i},
+
+    every RoPE pair score damped by ``zeta_i^{(m-n)/B}`` (Sun et al., 2023).
+    Only causal attention (``m >= n``) should use these scores: for
+    ``m < n`` the factors exceed 1 and grow exponentially.
+
+    Args:
+        q: ``(..., q_len, head_dim)`` queries, e.g. ``(batch, heads, q_len, head_dim)``.
+        k: ``(..., k_len, head_dim)`` keys, ``k_len >= q_len``; queries sit at
+            the last ``q_len`` key positions (decoding with a cache).
+        positions: ``(..., k_len)`` key positions, default ``0 .. k_len-1``.
+        base: RoPE base.
+        gamma, scale_base: see :func:`xpos_zeta` and :func:`xpos_scales`;
+            ``scale_base=math.inf`` gives plain RoPE.
+        interleaved: RoPE pair layout (see :func:`posenc.apply_rope`).
+        centered: shift positions by their midpoint before exponentiating
+            (exact in the scores, and it keeps 64k positions finite in float32).
+
+    Returns:
+        ``(q', k')`` with the shapes and dtypes of ``q`` and ``k``. The work is
+        done in float64 and cast back; entries that do not fit the dtype become
+        ``inf`` (uncentred float16 keys beyond about 4,500 positions, for example).
+    """
+    _check_qk(q, k)
+    k_len, dim = k.shape[-2], k.shape[-1]
+    if positions is None:
+        positions = torch.arange(k_len, device=k.device)
+    positions = torch.as_tensor(positions, device=k.device)
+    if positions.ndim == 0 or positions.shape[-1] != k_len:
+        raise ValueError(
+            f"positions must end in the key length {k_len}, got shape {tuple(positions.shape)}"
+        )
+    cos, sin, scale = _xpos_tables(
+        positions, dim, base, gamma, scale_base, interleaved, centered, k.device
+    )
+    return _apply_tables(q, k, cos, sin, scale, interleaved)
+
+
+class XPos(nn.Module):
+    """xPos as a module: :func:`apply_xpos` with the tables of the default positions cached.
+
+    Args:
+        head_dim: even head dimension.
+        base, gamma, scale_base, interleaved, centered: as in :func:`apply_xpos`.
+
+    ``forward(q, k, positions=None)`` returns ``(q', k')``. Tables for
+    positions ``0 .. k_len-1`` are kept per ``(k_len, device)``; the shift
+    ``c`` depends on ``k_len``, so apply the module to the whole key sequence
+    (cached *un-rotated* keys included) at every step.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        base: float = 10000.0,
+        gamma: float = 0.4,
+        scale_base: float = 512,
+        interleaved: bool = False,
+        centered: bool = True,
+    ) -> None:
+        super().__init__()
+        _check_dim(head_dim)
+        _check_gamma(gamma)
+        _check_scale_base(scale_base)
+        if not base > 1:
+            raise ValueError(f"RoPE base must be > 1, got {base!r}")
+        self.head_dim = head_dim
+        self.base = float(base)
+        self.gamma = float(gamma)
+        self.scale_base = scale_base
+        self.interleaved = interleaved
+        self.centered = centered
+        self._cache: Dict[Tuple[int, str], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, base={self.base:g}, gamma={self.gamma:g}, "
+            f"scale_base={self.scale_base}, interleaved={self.interleaved}, "
+            f"centered={self.centered}"
+        )
+
+    def tables(self, k_len: int, device: Optional[torch.device] = None):
+        """The cached ``(cos, sin, scale)`` for positions ``0 .. k_len-1``, each ``(k_len, head_dim)``."""
+        check_lengths(k_len)
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        key = (k_len, str(device))
+        if key not in self._cache:
+            if len(self._cache) >= 8:
+                self._cache.clear()
+            self._cache[key] = _xpos_tables(
+                torch.arange(k_len, device=device), self.head_dim, self.base, self.gamma,
+                self.scale_base, self.interleaved, self.centered, device,
+            )
+        return self._cache[key]
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        _check_qk(q, k)
+        if k.shape[-1] != self.head_dim:
+            raise ValueError(f"expected head_dim {self.head_dim}, got {k.shape[-1]}")
+        if positions is not None:
+            return apply_xpos(
+                q, k, positions, base=self.base, gamma=self.gamma, scale_base=self.scale_base,
+                interleaved=self.interleaved, centered=self.centered,
+            )
+        cos, sin, scale = self.tables(k.shape[-2], k.device)
+        return _apply_tables(q, k, cos, sin, scale, self.interleaved)
+
+
+def blockwise_causal_mask(
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    block: int,
+    device: Optional[torch.device] = None,
+) -> torch.Tensor:
+    """Blockwise causal attention (BCA), the inference-time mask of Sun et al. (2023).
+
+    Key positions are cut into blocks of ``block`` tokens (block ``b`` holds
+    positions ``b*block .. (b+1)*block - 1``). A query in block ``b`` may attend
+    to keys of blocks ``b - 1`` and ``b`` that are not after it, so it sees
+    between ``block + 1`` and ``2 * block`` keys (fewer in the first block). The paper
+    uses ``block`` = half the training length at inference.
+
+    Query ``i`` sits at key position ``i + k_len - q_len`` (bottom-right alignment).
+
+    Returns:
+        ``(q_len, k_len)`` bool tensor, True = may attend.
+
+    >>> blockwise_causal_mask(6, block=2).int()
+    tensor([[1, 0, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0],
+            [1, 1, 1, 0, 0, 0],
+            [1, 1, 1, 1, 0, 0],
+            [0, 0, 1, 1, 1, 0],
+            [0, 0, 1, 1, 1, 1]], dtype=torch.int32)
+    """
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be an integer >= 1, got {block!r}")
+    k_len = check_lengths(q_len, k_len)
+    rel = relative_positions(q_len, k_len, device=device)  # j - i_pos
+    q_block = torch.arange(k_len - q_len, k_len, device=device) // block  # (q_len,)
+    k_block = torch.arange(k_len, device=device) // block  # (k_len,)
+    near = k_block[None, :] >= q_block[:, None] - 1
+    return near & (rel <= 0)
