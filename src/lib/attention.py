@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from .masks import causal_mask
 
-__all__ = ["attention", "combine_bias_and_mask"]
+__all__ = ["attention", "combine_bias_and_mask", "attention_entropy", "log_length_scale"]
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -131,3 +131,80 @@ def attention(
             scores = scores + attn_mask
     weights = scores.softmax(dim=-1)
     return weights @ v, weights
+
+
+def attention_entropy(weights: torch.Tensor, dim: int = -1, *, keepdim: bool = False) -> torch.Tensor:
+    """Shannon entropy, in nats, of attention distributions.
+
+    .. math::
+        H(p) = -\\sum_j p_j \\log p_j, \\qquad 0 \\log 0 = 0,
+
+    so masked keys (weight exactly 0) contribute nothing. ``H`` lies between 0
+    (all weight on one key) and ``log n`` (uniform over ``n`` keys). Used to
+    show that, at fixed logit statistics, attention spreads out (its entropy
+    grows like ``log n``) as the number of attended tokens ``n`` grows
+    (Su, "entropy invariance", 2021).
+
+    Args:
+        weights: probabilities summing to 1 along ``dim``, e.g. the
+            ``(batch, heads, q_len, k_len)`` weights of
+            :func:`attention` with ``return_weights=True``.
+        dim: the key dimension (default: last).
+        keepdim: keep ``dim`` with size 1.
+
+    Returns:
+        ``weights.shape`` without ``dim`` (e.g. ``(batch, heads, q_len)``), in
+        float32 or float64 (float64 if ``weights`` is float64).
+
+    Raises:
+        ValueError: if ``weights`` is not floating point, is empty along ``dim``,
+            has negative or non-finite entries, or does not sum to 1 along ``dim``.
+    """
+    if not isinstance(weights, torch.Tensor) or not weights.is_floating_point():
+        raise ValueError("weights must be a floating-point tensor of probabilities")
+    if weights.ndim == 0:
+        raise ValueError("weights must have at least one dimension (the keys)")
+    if not -weights.ndim <= dim < weights.ndim:
+        raise ValueError(f"dim {dim} out of range for weights of shape {tuple(weights.shape)}")
+    if weights.shape[dim] == 0:
+        raise ValueError(f"weights has no keys along dim {dim}: shape {tuple(weights.shape)}")
+    work = weights.to(torch.float64 if weights.dtype == torch.float64 else torch.float32)
+    if not torch.isfinite(work).all():
+        raise ValueError("weights contain NaN or infinity (a fully masked row?)")
+    if (work < 0).any():
+        raise ValueError("weights must be non-negative probabilities")
+    low_precision = weights.dtype in (torch.float16, torch.bfloat16)
+    tol = 1e-2 if low_precision else 1e-3
+    total = work.sum(dim=dim)
+    if not torch.allclose(total, torch.ones_like(total), rtol=0.0, atol=tol):
+        worst = (total - 1).abs().max().item()
+        raise ValueError(
+            f"weights must sum to 1 along dim {dim} (softmax probabilities); "
+            f"largest deviation {worst:.3g}"
+        )
+    return -torch.special.xlogy(work, work).sum(dim=dim, keepdim=keepdim)
+
+
+def log_length_scale(n: int, train_len: int, *, clamp: bool = True) -> float:
+    """The log-n logit scale ``log(n) / log(train_len)`` for length ``n``.
+
+    Multiplying the attention logits by this factor ("log-n scaling", Su,
+    "entropy invariance", 2021; Chiang & Cholak, 2022) keeps the entropy of
+    sharp attention roughly constant when a model trained on ``train_len``
+    tokens attends to ``n`` tokens. Pass it times ``1/sqrt(head_dim)`` as the
+    ``scale`` of :func:`attention`.
+
+    Args:
+        n: number of tokens attended at inference (``>= 1``).
+        train_len: training length ``L`` (``>= 2``, since ``log 1 = 0``).
+        clamp: return ``max(1, log n / log L)``, i.e. only sharpen beyond the
+            training length (default); ``False`` gives ``log_L(n)`` for all ``n``.
+
+    Returns:
+        the factor as a Python float (``1.0`` at ``n = train_len``).
+    """
+    for name, value, low in (("n", n, 1), ("train_len", train_len, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    factor = math.log(n) / math.log(train_len)
+    return max(1.0, factor) if clamp else factor
