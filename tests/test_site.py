@@ -139,7 +139,7 @@ def test_chapter_figures_render_and_math_typesets(visit, path):
         timeout=20000,
     )
     if page.locator(".math").count():
-        page.wait_for_selector("mjx-container", timeout=20000)
+        page.wait_for_selector("mjx-container", state="attached", timeout=20000)
 
 
 @pytest.mark.parametrize("path", CHAPTERS or ["chapters/none.html"])
