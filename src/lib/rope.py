@@ -23,9 +23,12 @@ only at the end.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import math
+from numbers import Real
+from typing import Dict, Optional, Tuple
 
 import torch
+from torch import nn
 
 __all__ = [
     "rope_frequencies",
@@ -35,6 +38,12 @@ __all__ = [
     "rope_rotation_matrix",
     "interleaved_to_half_split",
     "half_split_to_interleaved",
+    "rope_frequencies_interpolated",
+    "rope_frequencies_ntk",
+    "rope_frequencies_yarn",
+    "yarn_attention_factor",
+    "rope_decay_bound",
+    "RotaryEmbedding",
 ]
 
 
@@ -182,7 +191,7 @@ def rope_rotation_matrix(
     Returns:
         ``(dim, dim)`` float64 orthogonal matrix.
     """
-    angles = rope_angles(torch.tensor(float(position)), dim, base)  # (d/2,)
+    angles = rope_angles(torch.tensor(float(position), dtype=torch.float64), dim, base)  # (d/2,)
     c, s = angles.cos(), angles.sin()
     half = dim // 2
     first = torch.arange(0, dim, 2) if interleaved else torch.arange(half)
@@ -211,3 +220,283 @@ def half_split_to_interleaved(x: torch.Tensor) -> torch.Tensor:
     _check_rope_dim(x.shape[-1])
     first, second = x.chunk(2, dim=-1)
     return torch.stack((first, second), dim=-1).flatten(-2)
+
+
+# ---------------------------------------------------------------------------
+# Context extension: new frequencies for a model trained at a shorter length
+# ---------------------------------------------------------------------------
+
+
+def _check_scale(scale: float) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale):
+        raise ValueError(f"scale factor must be a finite number, got {scale!r}")
+    if scale < 1:
+        raise ValueError(
+            "scale factor s = (new context length) / (trained context length) must be >= 1, "
+            f"got {scale!r}"
+        )
+    return float(scale)
+
+
+def rope_frequencies_interpolated(dim: int, base: float, scale: float) -> torch.Tensor:
+    """Position interpolation (Chen et al., 2023): every frequency divided by ``s``.
+
+    ``theta'_i = theta_i / s``, so position ``s * m`` gets exactly the angles that
+    position ``m`` had in training: a context of ``s * L`` is squeezed into the
+    trained range ``[0, L)``.
+
+    Args:
+        dim: head dimension (even).
+        base: RoPE base of the trained model.
+        scale: ``s >= 1``, the ratio of the new to the trained context length.
+
+    Returns:
+        ``(dim // 2,)`` float64 ``inv_freq``, usable as ``apply_rope(x, inv_freq=...)``.
+    """
+    s = _check_scale(scale)
+    return rope_frequencies(dim, base) / s
+
+
+def rope_frequencies_ntk(dim: int, base: float, scale: float) -> torch.Tensor:
+    """NTK-aware scaling (bloc97, 2023): a larger base, ``base * s ** (d / (d - 2))``.
+
+    ``theta'_i = (base * s^(d/(d-2))) ** (-2i/d)``: the fastest pair (``i = 0``,
+    one radian per token) is unchanged, the slowest (``i = d/2 - 1``) is divided
+    by exactly ``s``, and the pairs in between are divided by ``s ** (2i/(d-2))``,
+    a geometric blend of extrapolation (high frequencies) and interpolation
+    (low frequencies).
+
+    Args:
+        dim: head dimension (even, >= 4: with one pair there is nothing to blend).
+        base: RoPE base of the trained model.
+        scale: ``s >= 1``.
+
+    Returns:
+        ``(dim // 2,)`` float64 ``inv_freq``.
+    """
+    _check_rope_dim(dim)
+    if dim < 4:
+        raise ValueError(f"NTK-aware scaling needs head_dim >= 4 (at least two pairs), got {dim}")
+    s = _check_scale(scale)
+    return rope_frequencies(dim, float(base) * s ** (dim / (dim - 2)))
+
+
+def _yarn_correction_dim(num_rotations: float, dim: int, base: float, original_max_len: int) -> float:
+    # The (fractional) pair index i whose wavelength 2*pi*base^(2i/d) fits
+    # ``num_rotations`` times into the trained length: L * theta_i / (2 pi) = r.
+    return dim * math.log(original_max_len / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
+
+
+def rope_frequencies_yarn(
+    dim: int,
+    base: float,
+    scale: float,
+    original_max_len: int,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    *,
+    truncate: bool = True,
+) -> torch.Tensor:
+    """YaRN's "NTK-by-parts" frequencies (Peng et al., 2024, Sec. 3.2 and Eq. 21).
+
+    A pair that turns many times within the trained length ``L`` has seen every
+    angle, so it is left alone (extrapolated); a pair that turns less than once
+    is interpolated like PI (divided by ``s``); in between, a linear ramp::
+
+        theta'_i = (1 - gamma_i) * theta_i / s + gamma_i * theta_i
+
+    with ``gamma_i = 1`` for ``i <= low``, ``0`` for ``i >= high`` and linear
+    in ``i`` between. ``low`` / ``high`` are the pair indices that complete
+    ``beta_fast`` / ``beta_slow`` rotations within ``L`` (rounded down / up
+    when ``truncate``), clamped as in the authors' reference code.
+
+    Also apply :func:`yarn_attention_factor` to the logits.
+
+    Args:
+        dim: head dimension (even).
+        base: RoPE base of the trained model.
+        scale: ``s >= 1``.
+        original_max_len: the trained context length ``L``.
+        beta_fast: rotations above which a pair is not touched (32).
+        beta_slow: rotations below which a pair is fully interpolated (1).
+        truncate: round the ramp ends to whole pair indices (the reference
+            code; some later models switch it off).
+
+    Returns:
+        ``(dim // 2,)`` float64 ``inv_freq``.
+    """
+    _check_rope_dim(dim)
+    s = _check_scale(scale)
+    if isinstance(original_max_len, bool) or not isinstance(original_max_len, int) or original_max_len < 1:
+        raise ValueError(f"original_max_len must be a positive integer, got {original_max_len!r}")
+    if not (isinstance(beta_fast, Real) and isinstance(beta_slow, Real) and 0 < beta_slow < beta_fast):
+        raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
+    theta = rope_frequencies(dim, base)
+    low = _yarn_correction_dim(beta_fast, dim, base, original_max_len)
+    high = _yarn_correction_dim(beta_slow, dim, base, original_max_len)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if high == low:
+        high += 1e-3  # a zero-width ramp would divide by zero
+    index = torch.arange(dim // 2, dtype=torch.float64)
+    interpolate = ((index - low) / (high - low)).clamp(0.0, 1.0)  # 1 - gamma
+    return theta * (1 - interpolate) + theta / s * interpolate
+
+
+def yarn_attention_factor(scale: float) -> float:
+    """YaRN's attention temperature factor ``0.1 * ln(s) + 1`` (Peng et al., 2024, Eq. 22).
+
+    The paper sets ``sqrt(1/t) = 0.1 ln s + 1``: multiply both cos and sin (or
+    both ``q`` and ``k``) by this factor, so the logits are multiplied by its
+    square. Returns 1 for ``0 < s <= 1`` (no extension).
+    """
+    if isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale factor must be a finite positive number, got {scale!r}")
+    return 1.0 if scale <= 1 else 0.1 * math.log(scale) + 1.0
+
+
+def rope_decay_bound(
+    distances: torch.Tensor,
+    dim: int,
+    base: float = 10000.0,
+    *,
+    inv_freq: Optional[torch.Tensor] = None,
+    normalize: bool = False,
+) -> torch.Tensor:
+    """The long-range decay curve of RoPE from Abel summation (Su, 2021).
+
+    With ``h_i = q_[2i:2i+2] k_[2i:2i+2]^*`` and
+    ``S_j = sum_{k<j} exp(i r theta_k)`` (``r`` the relative distance),
+
+    .. math:: \\Big|\\sum_i h_i e^{i r \\theta_i}\\Big|
+              \\le \\max_i |h_{i+1} - h_i| \\sum_{j=1}^{d/2} |S_j|,
+
+    so ``(1 / (d/2)) * sum_{j=1}^{d/2} |S_j|`` measures how large a score can
+    be at distance ``r``. At ``r = 0`` it equals ``(d/2 + 1) / 2``.
+
+    Args:
+        distances: ``(...,)`` relative distances.
+        dim: head dimension (even).
+        base: RoPE base (ignored when ``inv_freq`` is given).
+        inv_freq: custom ``(dim // 2,)`` frequencies.
+        normalize: divide by the value at distance 0, so the curve starts at 1.
+
+    Returns:
+        ``(...,)`` float64 tensor.
+    """
+    distances = torch.as_tensor(distances).detach().cpu().to(torch.float64)
+    angles = rope_angles(distances, dim, base, inv_freq=inv_freq)  # (..., d/2)
+    partial_sums = torch.polar(torch.ones_like(angles), angles).cumsum(dim=-1)  # S_1 .. S_{d/2}
+    bound = partial_sums.abs().mean(dim=-1)
+    if normalize:
+        bound = bound / ((dim // 2 + 1) / 2)
+    return bound
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE as a module: caches cos/sin and rotates ``q`` and ``k`` together.
+
+    ``forward(q, k)`` equals ``(apply_rope(q, ...), apply_rope(k, ...))`` with
+    the same frequencies and layout. The cos/sin tables are computed in
+    float64, cast to the input's dtype and cached per ``(device, dtype)``;
+    a table is rebuilt only when a longer sequence arrives (shorter ones use
+    its first rows, which are the same numbers).
+
+    Args:
+        dim: head dimension (even).
+        base: RoPE base (ignored when ``inv_freq`` is given).
+        interleaved: pair channels ``(2i, 2i+1)`` instead of ``(i, i + dim/2)``.
+        inv_freq: custom ``(dim // 2,)`` frequencies, e.g. from
+            :func:`rope_frequencies_yarn`.
+        attention_factor: multiplies cos and sin (hence the logits by its
+            square); :func:`yarn_attention_factor` for YaRN, 1 otherwise.
+
+    Shapes:
+        ``q``: ``(..., q_len, dim)``, ``k``: ``(..., k_len, dim)`` with
+        ``q_len <= k_len``; queries sit at the last ``q_len`` key positions
+        (decoding with a cache). ``positions``: ``(k_len,)`` or broadcastable
+        ``(..., k_len)``, default ``0 .. k_len - 1``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        base: float = 10000.0,
+        *,
+        interleaved: bool = False,
+        inv_freq: Optional[torch.Tensor] = None,
+        attention_factor: float = 1.0,
+    ) -> None:
+        super().__init__()
+        _check_rope_dim(dim)
+        if inv_freq is None:
+            inv_freq = rope_frequencies(dim, base)
+        else:
+            inv_freq = torch.as_tensor(inv_freq)
+            if inv_freq.shape != (dim // 2,):
+                raise ValueError(f"inv_freq must have shape ({dim // 2},), got {tuple(inv_freq.shape)}")
+            if not torch.isfinite(inv_freq).all():
+                raise ValueError("inv_freq must be finite")
+        if not (isinstance(attention_factor, Real) and math.isfinite(attention_factor) and attention_factor > 0):
+            raise ValueError(f"attention_factor must be a finite positive number, got {attention_factor!r}")
+        self.dim = dim
+        self.base = float(base)
+        self.interleaved = bool(interleaved)
+        self.attention_factor = float(attention_factor)
+        # A plain attribute, not a buffer: module.half() / .to(dtype) must not round it.
+        self.inv_freq = inv_freq.detach().to("cpu", torch.float64).clone()
+        self._cache: Dict[Tuple[torch.device, torch.dtype], Tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def extra_repr(self) -> str:
+        return (f"dim={self.dim}, base={self.base:g}, interleaved={self.interleaved}, "
+                f"attention_factor={self.attention_factor:g}")
+
+    def _table(self, positions: torch.Tensor, device: torch.device, dtype: torch.dtype):
+        # angles in float64 (inside rope_cos_sin), cast once to the input's dtype
+        cos, sin = rope_cos_sin(positions, self.dim, interleaved=self.interleaved,
+                                inv_freq=self.inv_freq, dtype=dtype, device=device)
+        if self.attention_factor != 1.0:
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        return cos, sin
+
+    def cos_sin(
+        self, seq_len: int, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Cached ``(cos, sin)`` for positions ``0 .. seq_len - 1``, each ``(seq_len, dim)``."""
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
+            raise ValueError(f"seq_len must be a non-negative integer, got {seq_len!r}")
+        key = (torch.device(device if device is not None else "cpu"), dtype)
+        cached = self._cache.get(key)
+        if cached is None or cached[0].shape[0] < seq_len:
+            cached = self._table(torch.arange(seq_len, dtype=torch.float64), key[0], dtype)
+            self._cache[key] = cached
+        return cached[0][:seq_len], cached[1][:seq_len]
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return x * cos + _rotate_pairs(x, self.interleaved) * sin
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Rotated ``(q, k)``, same shapes and dtypes."""
+        if q.ndim < 2 or k.ndim < 2 or q.shape[-1] != self.dim or k.shape[-1] != self.dim:
+            raise ValueError(
+                f"q and k must be (..., seq, {self.dim}); got {tuple(q.shape)} and {tuple(k.shape)}"
+            )
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        if q_len > k_len:
+            raise ValueError(f"q_len ({q_len}) must be <= k_len ({k_len}): queries are the last key positions")
+        if positions is None:
+            k_cos, k_sin = self.cos_sin(k_len, k.device, k.dtype)
+            q_cos, q_sin = self.cos_sin(k_len, q.device, q.dtype)
+            q_cos, q_sin = q_cos[k_len - q_len:], q_sin[k_len - q_len:]
+        else:
+            positions = torch.as_tensor(positions)
+            if positions.ndim == 0 or positions.shape[-1] != k_len:
+                raise ValueError(
+                    f"positions must end in the key length {k_len}, got shape {tuple(positions.shape)}"
+                )
+            k_cos, k_sin = self._table(positions, k.device, k.dtype)
+            q_cos, q_sin = self._table(positions[..., k_len - q_len:], q.device, q.dtype)
+        return self._rotate(q, q_cos, q_sin), self._rotate(k, k_cos, k_sin)
