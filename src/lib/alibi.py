@@ -38,7 +38,9 @@ def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> torch.T
     formula ``2^(-8h/n)`` differs from this rule (e.g. for 6 or 12 heads).
 
     Returns:
-        ``(n_heads,)`` tensor of positive slopes, largest first.
+        ``(n_heads,)`` tensor of positive slopes: decreasing for a power of two;
+        otherwise the ``p`` slopes of ``p`` heads come first, then the extra ones
+        (6 heads: 1/4, 1/16, 1/64, 1/256, 1/2, 1/8).
 
     >>> alibi_slopes(4).tolist()
     [0.25, 0.0625, 0.015625, 0.00390625]
