@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 
+from ._validate import check_int
 from .masks import relative_positions
 
 __all__ = ["alibi_slopes", "alibi_bias"]
@@ -45,8 +46,7 @@ def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> torch.T
     >>> alibi_slopes(4).tolist()
     [0.25, 0.0625, 0.015625, 0.00390625]
     """
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-        raise ValueError(f"n_heads must be an integer >= 1, got {n_heads!r}")
+    check_int("n_heads", n_heads)
     p = 2 ** int(math.floor(math.log2(n_heads)))
     slopes = _power_of_two_slopes(p)
     if p < n_heads:

@@ -21,6 +21,7 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 
+from ._validate import check_int
 from .masks import causal_mask
 
 __all__ = ["attention", "combine_bias_and_mask", "attention_entropy", "log_length_scale"]
@@ -203,8 +204,7 @@ def log_length_scale(n: int, train_len: int, *, clamp: bool = True) -> float:
     Returns:
         the factor as a Python float (``1.0`` at ``n = train_len``).
     """
-    for name, value, low in (("n", n, 1), ("train_len", train_len, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    check_int("n", n)
+    check_int("train_len", train_len, low=2)
     factor = math.log(n) / math.log(train_len)
     return max(1.0, factor) if clamp else factor

@@ -35,6 +35,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
+from ._validate import check_even_dim, check_int
 from .masks import check_lengths, relative_positions
 from .sinusoidal import sinusoidal_embedding
 
@@ -203,8 +204,7 @@ class KerpleBias(nn.Module):
         device: Optional[torch.device] = None,
     ) -> None:
         super().__init__()
-        if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-            raise ValueError(f"n_heads must be an integer >= 1, got {n_heads!r}")
+        check_int("n_heads", n_heads)
         if kind not in ("power", "log"):
             raise ValueError(f"kind must be 'power' or 'log', got {kind!r}")
         if not 0 < eps < 2:
@@ -245,9 +245,7 @@ class KerpleBias(nn.Module):
 # ---------------------------------------------------------------------------
 
 
-def _check_even_dim(dim: int, what: str) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
-        raise ValueError(f"{what} needs an even dimension >= 2, got dim={dim!r}")
+_check_even_dim = check_even_dim
 
 
 def sandwich_bias(
@@ -292,8 +290,7 @@ def sandwich_bias(
     Returns:
         ``(n_heads, q_len, k_len)`` tensor, 0 at distance 0, ``<= 0`` elsewhere.
     """
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-        raise ValueError(f"n_heads must be an integer >= 1, got {n_heads!r}")
+    check_int("n_heads", n_heads)
     _check_even_dim(dim, "sandwich_bias")
     if not base > 1:
         raise ValueError(f"base must be > 1, got {base!r}")
@@ -409,8 +406,7 @@ def t5_relative_buckets(
     if rel.is_floating_point() or rel.is_complex() or rel.dtype == torch.bool:
         raise ValueError(f"rel must be an integer tensor of offsets, got dtype {rel.dtype}")
     for name, value in (("num_buckets", num_buckets), ("max_distance", max_distance)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_int(name, value)
     n = num_buckets // 2 if bidirectional else num_buckets  # buckets per side
     max_exact = n // 2
     if max_exact < 1:
@@ -467,8 +463,7 @@ class T5RelativeBias(nn.Module):
         device: Optional[torch.device] = None,
     ) -> None:
         super().__init__()
-        if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-            raise ValueError(f"n_heads must be an integer >= 1, got {n_heads!r}")
+        check_int("n_heads", n_heads)
         if not init_std >= 0:
             raise ValueError(f"init_std must be >= 0, got {init_std!r}")
         # validates num_buckets / max_distance

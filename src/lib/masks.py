@@ -14,6 +14,8 @@ from typing import Optional
 
 import torch
 
+from ._validate import check_int
+
 __all__ = ["check_lengths", "relative_positions", "causal_mask", "sliding_window_mask"]
 
 
@@ -26,8 +28,7 @@ def check_lengths(q_len: int, k_len: Optional[int] = None) -> int:
     if k_len is None:
         k_len = q_len
     for name, value in (("q_len", q_len), ("k_len", k_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_int(name, value)
     if k_len < q_len:
         raise ValueError(
             f"k_len ({k_len}) must be >= q_len ({q_len}): queries are the last q_len key positions"
@@ -91,8 +92,7 @@ def sliding_window_mask(
             [0, 1, 1, 0],
             [0, 0, 1, 1]], dtype=torch.int32)
     """
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    check_int("window", window)
     rel = relative_positions(q_len, k_len, device=device)
     near = rel.abs() < window
     return near & (rel <= 0) if causal else near

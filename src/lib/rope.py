@@ -30,6 +30,8 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import nn
 
+from ._validate import check_even_dim, check_int
+
 __all__ = [
     "rope_frequencies",
     "rope_angles",
@@ -48,8 +50,7 @@ __all__ = [
 
 
 def _check_rope_dim(dim: int) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
-        raise ValueError(f"RoPE rotates channel pairs: head_dim must be even and >= 2, got {dim!r}")
+    check_even_dim(dim, "RoPE rotates channel pairs: head_dim")
 
 
 def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -327,8 +328,7 @@ def rope_frequencies_yarn(
     """
     _check_rope_dim(dim)
     s = _check_scale(scale)
-    if isinstance(original_max_len, bool) or not isinstance(original_max_len, int) or original_max_len < 1:
-        raise ValueError(f"original_max_len must be a positive integer, got {original_max_len!r}")
+    check_int("original_max_len", original_max_len)
     if not (isinstance(beta_fast, Real) and isinstance(beta_slow, Real) and 0 < beta_slow < beta_fast):
         raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
     theta = rope_frequencies(dim, base)
@@ -464,8 +464,7 @@ class RotaryEmbedding(nn.Module):
         self, seq_len: int, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Cached ``(cos, sin)`` for positions ``0 .. seq_len - 1``, each ``(seq_len, dim)``."""
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
-            raise ValueError(f"seq_len must be a non-negative integer, got {seq_len!r}")
+        check_int("seq_len", seq_len, low=0)
         key = (torch.device(device if device is not None else "cpu"), dtype)
         cached = self._cache.get(key)
         if cached is None or cached[0].shape[0] < seq_len:

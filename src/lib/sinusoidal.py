@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._validate import check_even_dim, check_int
+
 __all__ = [
     "sinusoidal_frequencies",
     "sinusoidal_embedding",
@@ -33,9 +35,7 @@ __all__ = [
 Positions = Union[int, torch.Tensor]
 
 
-def _check_dim(dim: int, what: str) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
-        raise ValueError(f"{what} needs an even dimension >= 2, got dim={dim!r}")
+_check_dim = check_even_dim
 
 
 def _check_base(base: float) -> None:
@@ -123,8 +123,7 @@ def sinusoidal_similarity(
 
 
 def _check_length(train_length: int) -> None:
-    if isinstance(train_length, bool) or not isinstance(train_length, int) or train_length < 1:
-        raise ValueError(f"train_length must be an int >= 1, got {train_length!r}")
+    check_int("train_length", train_length)
 
 
 def sinusoidal_wavelengths(dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -226,8 +225,7 @@ def sinusoidal_nearest_distance(
     """
     _check_dim(dim, "sinusoidal_nearest_distance")
     _check_length(train_length)
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be an int >= 1, got {chunk!r}")
+    check_int("chunk", chunk)
     pos = _as_positions(positions)
     flat = pos.reshape(-1)
     train = sinusoidal_embedding(train_length, dim, base, dtype=torch.float64)  # (L, d)

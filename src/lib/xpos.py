@@ -35,6 +35,7 @@ from typing import Dict, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from ._validate import check_even_dim, check_int
 from .masks import check_lengths, relative_positions
 from .rope import rope_cos_sin
 
@@ -48,8 +49,7 @@ __all__ = [
 
 
 def _check_dim(dim: int) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
-        raise ValueError(f"xPos scales channel pairs: head_dim must be even and >= 2, got {dim!r}")
+    check_even_dim(dim, "xPos scales channel pairs: head_dim")
 
 
 def _check_gamma(gamma: float) -> None:
@@ -365,8 +365,7 @@ def blockwise_causal_mask(
             [0, 0, 1, 1, 1, 0],
             [0, 0, 1, 1, 1, 1]], dtype=torch.int32)
     """
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be an integer >= 1, got {block!r}")
+    check_int("block", block)
     k_len = check_lengths(q_len, k_len)
     rel = relative_positions(q_len, k_len, device=device)  # j - i_pos
     q_block = torch.arange(k_len - q_len, k_len, device=device) // block  # (q_len,)
