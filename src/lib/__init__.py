@@ -17,27 +17,23 @@ Every public name of the topic modules (``posenc.rope``, ``posenc.alibi``, ...)
 is re-exported here; ``posenc.viz`` holds the plotting helpers.
 """
 
-from . import alibi, bias, masks, rope, runtime, sinusoidal, viz, xpos
-from . import attention as _attention
-from .alibi import *  # noqa: F401,F403
-from .bias import *  # noqa: F401,F403
-from .attention import *  # noqa: F401,F403
-from .masks import *  # noqa: F401,F403
-from .rope import *  # noqa: F401,F403
-from .runtime import *  # noqa: F401,F403
-from .sinusoidal import *  # noqa: F401,F403
-from .xpos import *  # noqa: F401,F403
+import importlib as _importlib
+
+from . import viz
+
+#: The topic modules whose public names are re-exported, in reading order.
+_TOPICS = (
+    "sinusoidal", "rope", "alibi", "bias", "xpos", "masks", "attention",
+    "linear", "model", "data", "train", "runtime",
+)
+
+__all__ = []
+for _name in _TOPICS:
+    _module = _importlib.import_module(f".{_name}", __name__)
+    for _public in _module.__all__:
+        globals()[_public] = getattr(_module, _public)
+    __all__ += list(_module.__all__)
+__all__.append("viz")
+del _name, _module, _public
 
 __version__ = "0.1.0"
-
-__all__ = [
-    *sinusoidal.__all__,
-    *rope.__all__,
-    *alibi.__all__,
-    *bias.__all__,
-    *masks.__all__,
-    *_attention.__all__,
-    *xpos.__all__,
-    *runtime.__all__,
-    "viz",
-]

@@ -1,0 +1,571 @@
+"""Training data for the tiny models: synthetic tasks and character corpora.
+
+Every data source has the same small interface:
+
+* ``vocab_size``: number of token ids;
+* ``batch(batch_size, seq_len, generator=None, *, split="train")`` returns
+  ``(inputs, targets)``, two ``(batch_size, seq_len)`` int64 CPU tensors;
+  ``targets[:, t]`` is what the model should predict after reading
+  ``inputs[:, :t + 1]``, and ``-100`` (:data:`IGNORE_INDEX`) marks positions
+  that do not count in the loss;
+* ``config``: a dict that identifies the data (used as a cache key).
+
+The same ``generator`` state gives the same batch, so everything is
+reproducible from a seed.
+
+Sources:
+
+* :class:`MarkovChain`: a random order-``k`` Markov chain (an ``n``-gram
+  source) fixed by a seed. The next token depends only on the previous ``k``
+  tokens: a task with purely *local* structure, whose best possible loss (the
+  entropy rate) is known exactly (:meth:`MarkovChain.entropy_rate`).
+* :class:`FirstTokenRetrieval`: the first token is a key that must be
+  reproduced at marked positions arbitrarily far later: a task that needs
+  *global* context.
+* :class:`CharCorpus`: characters of real text. :func:`python_docs` builds
+  one offline from the Python documentation that every CPython installation
+  ships (``pydoc_data.topics``, the text behind ``help("assert")`` and
+  friends), so no data has to be downloaded or bundled; it is deterministic
+  for a given Python version. :func:`tiny_shakespeare` and :func:`wikitext`
+  download classic corpora once into ``~/.cache/posenc/data`` (or
+  ``$POSENC_CACHE/data``) and check them by SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import sys
+import unicodedata
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+
+__all__ = [
+    "IGNORE_INDEX",
+    "CHARS",
+    "cache_dir",
+    "MarkovChain",
+    "FirstTokenRetrieval",
+    "CharCorpus",
+    "python_docs",
+    "tiny_shakespeare",
+    "wikitext",
+]
+
+#: Target value that the loss ignores (PyTorch's ``cross_entropy`` default).
+IGNORE_INDEX = -100
+
+#: The character vocabulary of :class:`CharCorpus`: newline and printable ASCII.
+CHARS = "\n" + "".join(chr(c) for c in range(32, 127))
+
+_SPLITS = ("train", "validation")
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+def cache_dir(sub: str = "") -> Path:
+    """``$POSENC_CACHE/sub`` if set, else ``~/.cache/posenc/sub`` (not created)."""
+    root = os.environ.get("POSENC_CACHE", "").strip()
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "posenc"
+    return base / sub if sub else base
+
+
+def _check_batch_args(batch_size: int, seq_len: int, split: str) -> None:
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if split not in _SPLITS:
+        raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
+
+
+def _check_generator(generator: Optional[torch.Generator]) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
+# ---------------------------------------------------------------------------
+# A random Markov chain: local structure
+# ---------------------------------------------------------------------------
+
+
+class MarkovChain:
+    """A random order-``k`` Markov chain over ``vocab_size`` tokens (an n-gram source).
+
+    For every context ``c = (x_{t-k}, ..., x_{t-1})`` the next-token
+    distribution ``P(. | c)`` is drawn once from a symmetric Dirichlet
+    distribution with concentration ``alpha`` (NumPy's ``RandomState(seed)``,
+    whose stream is stable across versions); small ``alpha`` makes each
+    context predict a few tokens sharply. Sequences start from a uniformly
+    random context. The best achievable loss is the entropy rate
+    (:meth:`entropy_rate`): a model that attends to the last ``k`` tokens and
+    nothing else is optimal, so the task rewards *local* attention.
+
+    Args:
+        vocab_size: number of tokens ``V`` (``V**order`` contexts; at most 2**20).
+        order: ``k >= 1``.
+        alpha: Dirichlet concentration (> 0).
+        seed: fixes the transition table.
+
+    ``batch`` returns ``targets[:, t] = inputs[:, t + 1]`` of one chain of
+    ``seq_len + 1`` tokens. ``split`` is accepted for a common interface (both
+    splits sample the same chain; pass different generators).
+    """
+
+    def __init__(self, vocab_size: int = 16, order: int = 2, alpha: float = 0.1, seed: int = 0) -> None:
+        for name, value, low in (("vocab_size", vocab_size, 2), ("order", order, 1), ("seed", seed, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if vocab_size ** order > 2 ** 20:
+            raise ValueError(f"vocab_size**order = {vocab_size ** order} contexts is too many (max 2**20)")
+        if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 0):
+            raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
+        self.vocab_size, self.order, self.alpha, self.seed = vocab_size, order, float(alpha), seed
+        rng = np.random.RandomState(seed)
+        probs = rng.dirichlet(np.full(vocab_size, self.alpha), size=vocab_size ** order)
+        #: ``(V**k, V)`` float64 transition table; row ``c`` is ``P(. | context c)``,
+        #: with context index ``c = sum_j x_{t-k+j} V^(k-1-j)`` (oldest token most significant).
+        self.transitions = torch.from_numpy(probs)
+        self._cdf = self.transitions.cumsum(-1).float()
+        self._cdf[:, -1] = 1.0 + 1e-6  # guard against rounding at the top end
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """Identifies the source (for caching)."""
+        return dict(kind="markov", vocab_size=self.vocab_size, order=self.order,
+                    alpha=self.alpha, seed=self.seed)
+
+    def __repr__(self) -> str:
+        return f"MarkovChain(vocab_size={self.vocab_size}, order={self.order}, alpha={self.alpha:g}, seed={self.seed})"
+
+    def sample(self, batch_size: int, length: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """``(batch_size, length)`` int64 tokens of the chain."""
+        _check_batch_args(batch_size, length, "train")
+        _check_generator(generator)
+        v, k = self.vocab_size, self.order
+        total = length + k
+        out = torch.empty(batch_size, total, dtype=torch.int64)
+        out[:, :k] = torch.randint(v, (batch_size, k), generator=generator)
+        u = torch.rand(total - k, batch_size, 1, generator=generator)  # all uniforms at once
+        ctx = torch.zeros(batch_size, dtype=torch.int64)
+        for j in range(k):
+            ctx = ctx * v + out[:, j]
+        top = v ** (k - 1)
+        for t in range(k, total):
+            nxt = torch.searchsorted(self._cdf[ctx], u[t - k], right=True)[:, 0]
+            out[:, t] = nxt.clamp_(max=v - 1)
+            ctx = (ctx % top) * v + out[:, t] if k > 1 else out[:, t]
+        return out[:, k:]
+
+    def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
+              *, split: str = "train") -> Batch:
+        """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64."""
+        _check_batch_args(batch_size, seq_len, split)
+        seq = self.sample(batch_size, seq_len + 1, generator)
+        return seq[:, :-1], seq[:, 1:]
+
+    def optimal_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The loss of the true chain: ``-log P(targets[:, t] | inputs[:, :t+1])``.
+
+        The best any model can do on these very sequences, position by
+        position. Once ``k`` tokens have been seen the context is known and the
+        probability is read off :attr:`transitions`; before that, the unseen
+        starting context (uniform over ``V**k``) is averaged out exactly by
+        Bayes' rule.
+
+        Args:
+            inputs, targets: ``(batch, seq)`` from :meth:`batch`
+                (``targets`` = ``inputs`` shifted by one).
+
+        Returns:
+            ``(batch, seq)`` float64 negative log-likelihoods in nats.
+        """
+        if inputs.ndim != 2 or inputs.shape != targets.shape:
+            raise ValueError(f"inputs and targets must be (batch, seq) of one shape, got "
+                             f"{tuple(inputs.shape)} and {tuple(targets.shape)}")
+        if not torch.equal(inputs[:, 1:], targets[:, :-1]):
+            raise ValueError("targets must be the inputs shifted by one token (a batch of this chain)")
+        v, k = self.vocab_size, self.order
+        x = torch.cat([inputs[:, :1], targets], dim=1).long()  # (B, n+1): x_0 .. x_n
+        b, n1 = x.shape
+        logp = self.transitions.log()  # (V^k, V)
+        out = torch.empty(b, n1 - 1, dtype=torch.float64)
+        # contexts fully observed: predicting x_{t+1} for t >= k-1
+        if n1 - 1 > k - 1:
+            ctx = torch.zeros(b, n1 - k, dtype=torch.int64)
+            for j in range(k):
+                ctx = ctx * v + x[:, j:j + n1 - k]
+            out[:, k - 1:] = -logp[ctx, x[:, k:]]
+        # the first k predictions: average over the hidden start c = (c_0 .. c_{k-1})
+        start = torch.arange(v ** k)
+        c_tok = torch.stack([(start // v ** (k - 1 - j)) % v for j in range(k)])  # (k, V^k)
+        log_post = torch.full((b, v ** k), -k * math.log(v), dtype=torch.float64)  # uniform prior
+        for s in range(min(k, n1)):  # x_s has context (c_s .. c_{k-1}, x_0 .. x_{s-1})
+            ctx = torch.zeros(b, v ** k, dtype=torch.int64)
+            for j in range(k):
+                pos = s + j  # position in the stream c_0 .. c_{k-1}, x_0, x_1, ...
+                tok = c_tok[pos][None, :].expand(b, -1) if pos < k else x[:, pos - k, None].expand(-1, v ** k)
+                ctx = ctx * v + tok
+            step = logp[ctx, x[:, s, None].expand(-1, v ** k)]  # (B, V^k): log P(x_s | c, x_<s)
+            if s >= 1:  # predictive probability of x_s given x_0 .. x_{s-1} (target s-1)
+                out[:, s - 1] = -torch.logsumexp(log_post + step, dim=1)
+            log_post = log_post + step
+            log_post = log_post - torch.logsumexp(log_post, dim=1, keepdim=True)
+        return out
+
+    def entropy_rate(self) -> float:
+        """Entropy rate in nats: the lowest mean loss any model can reach.
+
+        ``H = sum_c pi(c) H(P(. | c))`` with ``pi`` the stationary distribution
+        of contexts (power iteration on the chain of contexts). Sequences start
+        from uniformly random contexts; with ``alpha`` well below 1 the chain
+        mixes within a few tokens, so the loss of long sequences approaches ``H``.
+        """
+        v, k = self.vocab_size, self.order
+        p = self.transitions  # (V^k, V)
+        h_ctx = -torch.special.xlogy(p, p).sum(-1)  # (V^k,)
+        pi = torch.full((v ** k,), 1.0 / v ** k, dtype=torch.float64)
+        shift = torch.arange(v ** k) % (v ** (k - 1)) * v  # next context = (c mod V^(k-1)) V + x
+        for _ in range(2000):
+            new = torch.zeros_like(pi)
+            new.index_add_(0, (shift[:, None] + torch.arange(v)).flatten(), (pi[:, None] * p).flatten())
+            if torch.allclose(new, pi, atol=1e-13, rtol=0):
+                pi = new
+                break
+            pi = new
+        return float((pi * h_ctx).sum())
+
+
+# ---------------------------------------------------------------------------
+# First-token retrieval: global context
+# ---------------------------------------------------------------------------
+
+
+class FirstTokenRetrieval:
+    """Reproduce the first token of the sequence at marked positions far later.
+
+    Token ids: ``0 .. n_filler-1`` are filler, ``n_filler .. n_filler+n_keys-1``
+    are keys, and ``n_filler + n_keys`` is the marker, so
+    ``vocab_size = n_filler + n_keys + 1`` (with ``distinct_keys=False`` the
+    keys are the first ``n_keys`` filler tokens instead, and
+    ``vocab_size = n_filler + 1``). A sequence is
+
+    ``[key, f, f, ..., MARK, f, ..., MARK]``
+
+    with a uniformly random key at position 0, i.i.d. uniform filler elsewhere,
+    and a marker at each position ``t >= min_distance`` independently with
+    probability ``mark_prob`` (and always at the last position if ``mark_last``).
+    The target at a marker is the key; every other target is ignored (``-100``).
+    The token after a marker is filler, not the key, so the key never appears
+    again: the only way to answer is to look back at position 0, however far
+    it is. A model that cannot see (or is biased away from) the start of the
+    sequence must guess, with accuracy ``1 / n_keys``.
+
+    With ``distinct_keys=True`` the key is the only token of its kind, so a
+    model can find it by content alone. With ``distinct_keys=False`` the key is
+    an ordinary token that also occurs as filler: the model must find
+    *position 0* ("output the first token of the sequence"), which takes
+    position information.
+
+    Args:
+        n_keys: number of distinct keys (chance accuracy ``1/n_keys``).
+        n_filler: number of filler tokens.
+        mark_prob: probability of a marker at each eligible position.
+        mark_last: always put a marker at the last position.
+        min_distance: markers only at positions ``>= min_distance``.
+        distinct_keys: keys have token ids of their own (see above).
+    """
+
+    def __init__(self, n_keys: int = 8, n_filler: int = 16, mark_prob: float = 0.1,
+                 mark_last: bool = True, min_distance: int = 1, distinct_keys: bool = True) -> None:
+        for name, value, low in (("n_keys", n_keys, 2), ("n_filler", n_filler, 1), ("min_distance", min_distance, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not (isinstance(mark_prob, (int, float)) and not isinstance(mark_prob, bool) and 0 <= mark_prob <= 1):
+            raise ValueError(f"mark_prob must be a probability in [0, 1], got {mark_prob!r}")
+        if mark_prob == 0 and not mark_last:
+            raise ValueError("no markers at all: set mark_prob > 0 or mark_last=True")
+        self.n_keys, self.n_filler = n_keys, n_filler
+        self.mark_prob, self.mark_last, self.min_distance = float(mark_prob), bool(mark_last), min_distance
+        if not isinstance(distinct_keys, bool):
+            raise ValueError(f"distinct_keys must be True or False, got {distinct_keys!r}")
+        if not distinct_keys and n_keys > n_filler:
+            raise ValueError(f"distinct_keys=False draws keys from the filler: need n_keys <= n_filler, "
+                             f"got {n_keys} > {n_filler}")
+        self.distinct_keys = distinct_keys
+        self.key_offset = n_filler if distinct_keys else 0
+        self.marker = self.key_offset + n_keys if distinct_keys else n_filler
+        self.vocab_size = self.marker + 1
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """Identifies the task (for caching)."""
+        return dict(kind="first_token_retrieval", n_keys=self.n_keys, n_filler=self.n_filler,
+                    mark_prob=self.mark_prob, mark_last=self.mark_last, min_distance=self.min_distance,
+                    distinct_keys=self.distinct_keys)
+
+    def __repr__(self) -> str:
+        return (f"FirstTokenRetrieval(n_keys={self.n_keys}, n_filler={self.n_filler}, "
+                f"mark_prob={self.mark_prob:g}, mark_last={self.mark_last}, min_distance={self.min_distance}, "
+                f"distinct_keys={self.distinct_keys})")
+
+    def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
+              *, split: str = "train") -> Batch:
+        """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64; ``seq_len >= 2``."""
+        _check_batch_args(batch_size, seq_len, split)
+        _check_generator(generator)
+        if seq_len < 2:
+            raise ValueError(f"seq_len must be >= 2 (a key and a marker), got {seq_len}")
+        keys = torch.randint(self.n_keys, (batch_size,), generator=generator) + self.key_offset
+        inputs = torch.randint(self.n_filler, (batch_size, seq_len), generator=generator)
+        inputs[:, 0] = keys
+        marks = torch.rand(batch_size, seq_len, generator=generator) < self.mark_prob
+        marks[:, : self.min_distance] = False
+        marks[:, 0] = False
+        if self.mark_last:
+            marks[:, -1] = True
+        inputs[marks] = self.marker
+        targets = torch.full_like(inputs, IGNORE_INDEX)
+        targets[marks] = keys[:, None].expand(-1, seq_len)[marks]
+        return inputs, targets
+
+
+# ---------------------------------------------------------------------------
+# Character corpora
+# ---------------------------------------------------------------------------
+
+_REPLACE = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-",
+            "\u2014": "-", "\u2026": "...", "\t": "    ", "\u00a0": " "}
+
+
+def _to_ascii(text: str) -> str:
+    """Fold text onto :data:`CHARS`: curly quotes and dashes to ASCII, accents
+    stripped (NFKD), anything else dropped; Windows line ends become newlines."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    for a, b in _REPLACE.items():
+        text = text.replace(a, b)
+    if not text.isascii():
+        text = unicodedata.normalize("NFKD", text)
+    allowed = set(CHARS)
+    return "".join(c for c in text if c in allowed)
+
+
+class CharCorpus:
+    """Characters of a text as tokens, with a train/validation split.
+
+    The vocabulary is fixed, :data:`CHARS` (newline and the 95 printable ASCII
+    characters, so ``vocab_size = 96`` for every corpus); other characters are
+    folded onto it first (curly quotes to straight ones, accents stripped, the
+    rest dropped). The first ``1 - val_fraction`` of the text is the training
+    split, the rest the validation split.
+
+    ``batch`` draws ``batch_size`` windows of ``seq_len + 1`` characters at
+    uniformly random offsets of the split; ``targets[:, t] = inputs[:, t + 1]``.
+
+    Args:
+        text: the raw text.
+        name: a short name (part of the cache key, with the text's SHA-256).
+        val_fraction: share of the text held out for validation, in (0, 1).
+    """
+
+    vocab_size = len(CHARS)
+
+    def __init__(self, text: str, name: str = "text", val_fraction: float = 0.1) -> None:
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a str, got {type(text).__name__}")
+        if not 0 < val_fraction < 1:
+            raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+        clean = _to_ascii(text)
+        if len(clean) < 100:
+            raise ValueError(f"text too short for a corpus: {len(clean)} usable characters")
+        self.name, self.val_fraction = name, float(val_fraction)
+        self.text = clean
+        self.sha256 = hashlib.sha256(clean.encode("ascii")).hexdigest()
+        lookup = np.zeros(128, dtype=np.int64)
+        lookup[[ord(c) for c in CHARS]] = np.arange(len(CHARS))
+        ids = torch.from_numpy(lookup[np.frombuffer(clean.encode("ascii"), dtype=np.uint8)])
+        cut = int(len(ids) * (1 - self.val_fraction))
+        self.splits = {"train": ids[:cut], "validation": ids[cut:]}
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """Identifies the corpus (for caching): name, text hash and split."""
+        return dict(kind="chars", name=self.name, sha256=self.sha256, val_fraction=self.val_fraction)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={len(v):,}" for k, v in self.splits.items())
+        return f"CharCorpus({self.name!r}, {sizes} characters)"
+
+    def encode(self, text: str) -> torch.Tensor:
+        """``(len,)`` int64 ids of ``text`` (folded onto :data:`CHARS` first)."""
+        return torch.tensor([CHARS.index(c) for c in _to_ascii(text)], dtype=torch.int64)
+
+    def decode(self, ids: torch.Tensor) -> str:
+        """The characters of a 1-D tensor (or list) of ids."""
+        return "".join(CHARS[int(i)] for i in torch.as_tensor(ids).flatten())
+
+    def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
+              *, split: str = "train") -> Batch:
+        """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64."""
+        _check_batch_args(batch_size, seq_len, split)
+        _check_generator(generator)
+        data = self.splits[split]
+        if len(data) < seq_len + 1:
+            raise ValueError(f"the {split} split has {len(data)} characters, fewer than seq_len + 1 = {seq_len + 1}")
+        # offsets as fractions of the admissible range: with the same generator
+        # state, different seq_len give nearby offsets (overlapping text)
+        u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
+        starts = (u * (len(data) - seq_len)).long()
+        idx = starts[:, None] + torch.arange(seq_len + 1)  # (batch, seq_len + 1)
+        seq = data[idx]
+        return seq[:, :-1], seq[:, 1:]
+
+
+def python_docs(val_fraction: float = 0.1) -> CharCorpus:
+    """The Python documentation topics shipped with CPython, as a character corpus.
+
+    ``pydoc_data.topics.topics`` holds the plain-text pages that
+    ``help("keyword")`` prints: mostly the language reference (about 460,000
+    characters of English prose with some code for Python 3.11). Topics are
+    joined in sorted order, so the corpus is deterministic for a given
+    Python version (its name records the version). Nothing is downloaded.
+    Should a trimmed Python lack ``pydoc_data``, the docstrings of a fixed list
+    of standard-library modules are used instead (name ``"python-docstrings"``).
+    """
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    try:
+        from pydoc_data.topics import topics
+        text = "\n\n".join(topics[key].strip("\n") for key in sorted(topics))
+        name = f"python-{version}-docs"
+    except ImportError:  # pragma: no cover - pydoc_data is part of the standard library
+        import importlib
+        import inspect
+        parts = []
+        for mod_name in ("abc", "argparse", "collections", "contextlib", "csv", "dataclasses",
+                         "datetime", "decimal", "enum", "fractions", "functools", "heapq",
+                         "inspect", "itertools", "json", "logging", "math", "os", "pathlib",
+                         "random", "re", "shutil", "statistics", "string", "subprocess",
+                         "textwrap", "threading", "typing", "unittest", "urllib.parse"):
+            try:
+                mod = importlib.import_module(mod_name)
+            except ImportError:
+                continue
+            for _, obj in sorted(vars(mod).items()):
+                doc = inspect.getdoc(obj) if (inspect.isfunction(obj) or inspect.isclass(obj)) else None
+                if doc and getattr(obj, "__module__", None) == mod.__name__:
+                    parts.append(doc)
+            if mod.__doc__:
+                parts.append(mod.__doc__)
+        text = "\n\n".join(parts)
+        name = f"python-{version}-docstrings"
+    return CharCorpus(text, name=name, val_fraction=val_fraction)
+
+
+# ---------------------------------------------------------------------------
+# Optional downloads, cached and checksummed
+# ---------------------------------------------------------------------------
+
+_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+_WIKITEXT_URL = "https://wikitext.smerity.com/wikitext-{version}-raw-v1.zip"
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fetch(url: str, filename: str, sha256: Optional[str], root: Optional[Path]) -> Path:
+    """Download ``url`` once into ``root/filename`` and verify its SHA-256.
+
+    If ``sha256`` is given the file must match it. If not, the hash of the
+    first download is recorded next to the file (``filename.sha256``) and
+    every later use is checked against that record (trust on first use).
+    """
+    if sha256 is not None and (not isinstance(sha256, str) or len(sha256) != 64
+                               or any(c not in "0123456789abcdef" for c in sha256.lower())):
+        raise ValueError(f"sha256 must be 64 hexadecimal digits, got {sha256!r}")
+    root = Path(root) if root is not None else cache_dir("data")
+    path, record = root / filename, root / (filename + ".sha256")
+    if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".part")
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
+                while True:
+                    chunk = response.read(1 << 20)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+        except (urllib.error.URLError, OSError) as err:
+            tmp.unlink(missing_ok=True)
+            raise RuntimeError(
+                f"could not download {url} ({err}). This corpus is optional and needs an internet "
+                f"connection the first time; offline, use posenc.python_docs() instead, or place "
+                f"the file at {path} yourself."
+            ) from err
+        tmp.replace(path)
+    actual = _sha256_file(path)
+    expected = sha256.lower() if sha256 is not None else (
+        record.read_text().strip() if record.exists() else None)
+    if expected is None:
+        record.write_text(actual + "\n")  # first use: remember what we got
+    elif actual != expected:
+        raise RuntimeError(
+            f"SHA-256 mismatch for {path}: expected {expected}, got {actual}. The file is corrupt "
+            f"or changed upstream; delete it (and {record.name}) to download it again."
+        )
+    return path
+
+
+def tiny_shakespeare(*, sha256: Optional[str] = None, root: Optional[Path] = None,
+                     val_fraction: float = 0.1) -> CharCorpus:
+    """TinyShakespeare (about 1.1 million characters; Karpathy's char-rnn), downloaded once.
+
+    The file is cached in ``root`` (default ``~/.cache/posenc/data`` or
+    ``$POSENC_CACHE/data``). Pass ``sha256`` to pin the expected checksum;
+    without it the checksum of the first download is recorded and later
+    loads must match it.
+
+    Raises:
+        RuntimeError: offline on first use, or on a checksum mismatch.
+    """
+    path = _fetch(_SHAKESPEARE_URL, "tinyshakespeare.txt", sha256, root)
+    return CharCorpus(path.read_text(encoding="utf-8"), name="tinyshakespeare", val_fraction=val_fraction)
+
+
+def wikitext(version: str = "2", *, sha256: Optional[str] = None, root: Optional[Path] = None) -> CharCorpus:
+    """WikiText-2 or WikiText-103 (raw, Merity et al. 2017) as a character corpus, downloaded once.
+
+    Uses the official ``wiki.train.raw`` as the training split and
+    ``wiki.valid.raw`` as the validation split. The zip (4.7 MB for
+    WikiText-2, about 190 MB for WikiText-103) is cached and checksummed as in
+    :func:`tiny_shakespeare`.
+
+    Raises:
+        ValueError: if ``version`` is not ``"2"`` or ``"103"``.
+        RuntimeError: offline on first use, or on a checksum mismatch.
+    """
+    if version not in ("2", "103"):
+        raise ValueError(f"version must be '2' or '103', got {version!r}")
+    path = _fetch(_WIKITEXT_URL.format(version=version), f"wikitext-{version}-raw-v1.zip", sha256, root)
+    with zipfile.ZipFile(path) as z:
+        def read(split: str) -> str:
+            return io.TextIOWrapper(z.open(f"wikitext-{version}-raw/wiki.{split}.raw"), encoding="utf-8").read()
+        train_text, valid_text = read("train"), read("valid")
+    corpus = CharCorpus(train_text + valid_text, name=f"wikitext-{version}-raw")
+    # replace the proportional split by the official one
+    n_train = len(_to_ascii(train_text))
+    ids = torch.cat(list(corpus.splits.values()))
+    corpus.splits = {"train": ids[:n_train], "validation": ids[n_train:]}
+    corpus.val_fraction = 1 - n_train / len(ids)
+    return corpus

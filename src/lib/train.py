@@ -1,0 +1,434 @@
+"""Train a tiny model, evaluate it at several lengths, and cache the result.
+
+* :func:`train` runs AdamW on batches of one data source (see
+  :mod:`posenc.data`) with fixed seeds, a tqdm progress bar, bf16 autocast on
+  CUDA, and stores the trained weights and loss history on disk under a key
+  computed from the model, data and training configuration, so that running a
+  notebook again loads instead of training.
+* :func:`evaluate_lengths` measures loss, perplexity and accuracy of a
+  trained model at several evaluation lengths on fixed validation batches:
+  the "train short, test long" measurement of Press et al. (2022).
+* :func:`training_preset` gives model and training sizes for the running
+  mode (:func:`posenc.running_mode`): seconds per model on a 2-core CPU in
+  ``"small"`` mode, bigger models and longer training in ``"full"`` mode.
+
+The run cache lives in ``$POSENC_CACHE/runs`` if that variable is set, else in
+``~/.cache/posenc/runs``; delete it to retrain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .data import IGNORE_INDEX, cache_dir
+from .model import TinyLM
+from .runtime import pick_device, running_mode, seed_everything
+
+__all__ = [
+    "TrainResult",
+    "LengthResult",
+    "TrainingPreset",
+    "training_preset",
+    "run_key",
+    "train",
+    "evaluate_lengths",
+    "evaluation_batches",
+]
+
+#: Bump to invalidate every cached run after a change that alters training.
+CACHE_VERSION = 1
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        model: the trained model (in eval mode, on the training device).
+        losses: training loss (nats) at every step.
+        from_cache: True if the weights were loaded from the run cache.
+        steps_run: optimiser steps taken in this call (0 when loaded).
+        seconds: wall-clock time of the training (as recorded when it ran).
+        key: the run's cache key.
+        config: the configuration the key was computed from.
+    """
+
+    model: TinyLM
+    losses: List[float]
+    from_cache: bool
+    steps_run: int
+    seconds: float
+    key: str
+    config: Dict[str, Any] = field(repr=False)
+
+    @property
+    def final_loss(self) -> float:
+        """Mean training loss over the last 10% of the steps."""
+        tail = self.losses[-max(1, len(self.losses) // 10):]
+        return sum(tail) / len(tail)
+
+
+@dataclass
+class LengthResult:
+    """Evaluation at one length: ``loss`` (nats/token), ``ppl = exp(loss)``,
+    ``accuracy`` (argmax = target), over ``tokens`` counted targets;
+    ``position_loss`` is the ``(length,)`` mean loss at each position (NaN
+    where no target counts)."""
+
+    length: int
+    loss: float
+    ppl: float
+    accuracy: float
+    tokens: int
+    position_loss: torch.Tensor = field(repr=False)
+
+
+@dataclass(frozen=True)
+class TrainingPreset:
+    """Model and training sizes for one running mode.
+
+    ``model_kwargs()`` feeds :class:`~posenc.model.TinyLM`, ``train_kwargs()``
+    feeds :func:`train`; :meth:`make_model` does both jobs of building a model.
+    """
+
+    mode: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    seq_len: int
+    batch_size: int
+    steps: int
+    lr: float
+    warmup: int
+    eval_batches: int
+    eval_batch_size: int
+
+    def model_kwargs(self) -> Dict[str, int]:
+        """``d_model``, ``n_layers``, ``n_heads``."""
+        return dict(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads)
+
+    def train_kwargs(self) -> Dict[str, Any]:
+        """``steps``, ``seq_len``, ``batch_size``, ``lr``, ``warmup``."""
+        return dict(steps=self.steps, seq_len=self.seq_len, batch_size=self.batch_size,
+                    lr=self.lr, warmup=self.warmup)
+
+    def make_model(self, vocab_size: int, position: str, *, max_len_factor: int = 8,
+                   **overrides: Any) -> TinyLM:
+        """A :class:`TinyLM` of this preset's size.
+
+        For ``position="learned"`` the table gets ``max_len_factor * seq_len``
+        rows, so the model can be *run* at longer lengths even though only the
+        first ``seq_len`` rows are ever trained. ``train_len`` is set to
+        ``seq_len``.
+        """
+        kwargs: Dict[str, Any] = dict(self.model_kwargs(), train_len=self.seq_len)
+        if position == "learned":
+            kwargs["max_len"] = max_len_factor * self.seq_len
+        if position == "t5":  # T5: 32 buckets up to 128 for L = 512; here up to L / 2
+            kwargs["t5_max_distance"] = max(17, self.seq_len // 2)
+        kwargs.update(overrides)
+        return TinyLM(vocab_size, position=position, **kwargs)
+
+
+_PRESETS = {
+    # A 2-core CPU trains one model in a few seconds (~100k parameters).
+    "small": TrainingPreset(mode="small", d_model=64, n_layers=2, n_heads=4, seq_len=64,
+                            batch_size=16, steps=300, lr=6e-3, warmup=30,
+                            eval_batches=4, eval_batch_size=8),
+    # A GPU (bf16) trains one model in about a minute (~3M parameters).
+    "full": TrainingPreset(mode="full", d_model=256, n_layers=4, n_heads=8, seq_len=256,
+                           batch_size=64, steps=3000, lr=1e-3, warmup=200,
+                           eval_batches=16, eval_batch_size=16),
+}
+
+
+def training_preset(mode: Optional[str] = None, **overrides: Any) -> TrainingPreset:
+    """The preset of ``mode`` (default :func:`posenc.running_mode`), with overrides.
+
+    >>> training_preset("small").seq_len
+    64
+    >>> training_preset("small", steps=10).steps
+    10
+    """
+    mode = running_mode() if mode is None else mode
+    if mode not in _PRESETS:
+        raise ValueError(f"mode must be one of {tuple(_PRESETS)}, got {mode!r}")
+    unknown = set(overrides) - set(TrainingPreset.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown preset fields {sorted(unknown)}")
+    return replace(_PRESETS[mode], **overrides)
+
+
+def _positive(name: str, value: Any, kind: type = int) -> None:
+    ok = isinstance(value, kind) and not isinstance(value, bool) and value > 0
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if not ok:
+        raise ValueError(f"{name} must be a positive {'number' if kind is float else 'integer'}, got {value!r}")
+
+
+def _check_data(data: Any) -> None:
+    if not (hasattr(data, "batch") and hasattr(data, "vocab_size") and hasattr(data, "config")):
+        raise ValueError("data must have batch(batch_size, seq_len, generator), vocab_size and config "
+                         f"(see posenc.data); got {type(data).__name__}")
+
+
+def run_key(config: Dict[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of a configuration (JSON, keys sorted)."""
+    blob = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> List[Dict[str, Any]]:
+    """Weight decay on matrices of linear layers only (not embeddings, norms, biases, position parameters)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        is_linear_weight = p.ndim == 2 and name.endswith("weight") and not name.startswith(("tok.", "pos.", "t5."))
+        (decay if is_linear_weight else no_decay).append(p)
+    return [dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)]
+
+
+def _lr_factor(step: int, steps: int, warmup: int) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _progress_bar(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    static = os.environ.get("POSENC_STATIC", "").strip().lower() not in ("", "0", "false", "no")
+    return tqdm(total=total, desc=desc, disable=not enabled or static, leave=False)
+
+
+def train(
+    model: TinyLM,
+    data: Any,
+    steps: int = 250,
+    seq_len: int = 64,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+    device: Optional[torch.device] = None,
+    cache: bool = True,
+    progress: bool = True,
+    *,
+    warmup: int = 25,
+    weight_decay: float = 0.1,
+    grad_clip: float = 1.0,
+) -> TrainResult:
+    """Train ``model`` on ``data`` for a fixed number of steps (or load the cached result).
+
+    The model is re-initialised from ``seed`` first (its current weights are
+    discarded), so a run depends only on its configuration, which is what the
+    cache key records: the model's :attr:`~posenc.model.TinyLM.config`, the
+    data's ``config``, every argument below except ``device``, ``cache`` and
+    ``progress``, and the window / log-n settings if they are active at
+    ``seq_len``.
+
+    Optimiser: AdamW (betas 0.9, 0.95; weight decay on linear weights only),
+    linear warm-up for ``warmup`` steps then cosine decay to 10% of ``lr``,
+    gradient clipping at ``grad_clip``. Batches come from
+    ``data.batch(batch_size, seq_len, generator)`` with a generator seeded by
+    ``seed``. On CUDA the forward pass runs under bf16 autocast.
+
+    Args:
+        model: a :class:`~posenc.model.TinyLM` (``train_len`` is set to
+            ``seq_len`` if it is ``None``).
+        data: a source from :mod:`posenc.data` (``vocab_size`` must match the model).
+        steps, seq_len, batch_size, lr: the training budget.
+        seed: seeds the initialisation, the batches and dropout.
+        device: default :func:`posenc.pick_device`.
+        cache: load from / save to the run cache.
+        progress: show a tqdm progress bar (never on the static website build).
+
+    Returns:
+        a :class:`TrainResult`; ``result.model is model``.
+    """
+    if not isinstance(model, TinyLM):
+        raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
+    _check_data(data)
+    if data.vocab_size != model.vocab_size:
+        raise ValueError(f"data has vocab_size {data.vocab_size} but the model has {model.vocab_size}")
+    for name, value in (("steps", steps), ("seq_len", seq_len), ("batch_size", batch_size)):
+        _positive(name, value)
+    _positive("lr", lr, float)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    if not weight_decay >= 0 or not grad_clip > 0:
+        raise ValueError(f"need weight_decay >= 0 and grad_clip > 0, got {weight_decay!r}, {grad_clip!r}")
+    if model.max_len is not None and seq_len > model.max_len:
+        raise ValueError(f"seq_len {seq_len} exceeds the learned table of the model (max_len={model.max_len})")
+    if model.train_len is None:
+        model.train_len = seq_len
+    device = pick_device() if device is None else torch.device(device)
+
+    config = dict(
+        version=CACHE_VERSION,
+        model=model.config,
+        data=data.config,
+        train=dict(steps=steps, seq_len=seq_len, batch_size=batch_size, lr=float(lr), seed=seed,
+                   warmup=warmup, weight_decay=float(weight_decay), grad_clip=float(grad_clip),
+                   window=model.window if model.window is not None and model.window < seq_len else None,
+                   log_n=(model.train_len, True) if model.log_n_scaling and model.train_len < seq_len else None),
+    )
+    key = run_key(config)
+    path = cache_dir("runs") / f"{key}.pt"
+    model.to(device)
+
+    if cache and path.exists():
+        saved = torch.load(path, map_location=device, weights_only=True)
+        model.load_state_dict(saved["state_dict"])
+        model.eval()
+        return TrainResult(model, list(saved["losses"]), True, 0, float(saved["seconds"]), key, config)
+
+    seed_everything(seed)
+    model.reset_parameters(generator=torch.Generator().manual_seed(seed))
+    model.to(device)
+    model.train()
+    batches = torch.Generator().manual_seed(seed + 1)
+    opt = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
+    use_bf16 = device.type == "cuda"
+    losses: List[float] = []
+    start = time.perf_counter()
+    with _progress_bar(steps, f"{model.position}", progress) as bar:
+        for step in range(steps):
+            for group in opt.param_groups:
+                group["lr"] = lr * _lr_factor(step, steps, warmup)
+            x, y = data.batch(batch_size, seq_len, batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            opt.step()
+            losses.append(loss.item())
+            bar.update(1)
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    seconds = time.perf_counter() - start
+    model.eval()
+
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        torch.save(dict(state_dict=state, losses=losses, seconds=seconds, config=json.dumps(config, default=str)), tmp)
+        tmp.replace(path)
+    return TrainResult(model, losses, False, steps, seconds, key, config)
+
+
+def evaluation_batches(data: Any, length: int, batches: int = 4, seed: int = 1234, *,
+                       batch_size: int = 8, split: str = "validation") -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    """The ``(inputs, targets)`` batches that :func:`evaluate_lengths` uses at ``length``.
+
+    ``batches`` batches of ``(batch_size, length)`` from ``data.batch`` with a
+    generator seeded by ``seed``; use it to compare a model with a reference
+    on exactly the same sequences (e.g. :meth:`posenc.data.MarkovChain.optimal_nll`).
+    """
+    _check_data(data)
+    _positive("length", length)
+    _positive("batches", batches)
+    _positive("batch_size", batch_size)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(batches):
+        yield data.batch(batch_size, length, g, split=split)
+
+
+@torch.no_grad()
+def evaluate_lengths(
+    model: TinyLM,
+    data: Any,
+    lengths: Sequence[int],
+    batches: int = 4,
+    seed: int = 1234,
+    *,
+    batch_size: int = 8,
+    split: str = "validation",
+    device: Optional[torch.device] = None,
+    max_tokens: int = 16384,
+) -> Dict[int, LengthResult]:
+    """Loss, perplexity and accuracy of ``model`` at each evaluation length.
+
+    For each length ``n`` the model reads ``batches * batch_size`` sequences
+    of ``n`` tokens drawn from ``data`` (``split``) with a generator seeded by
+    ``seed``: every model sees exactly the same sequences, the numbers are
+    reproducible, and sources that draw sequences front to back (the Markov
+    chain; nearly so the character corpora) give the *same* text at every
+    length, cut at different places, so that differences between lengths are
+    not sampling noise. As in Press et al. (2022)'s non-overlapping
+    evaluation, the loss is the mean over all counted targets of a sequence
+    (early positions, with little context, included); ``position_loss`` keeps
+    the loss per position for finer views.
+
+    Args:
+        model: a trained :class:`~posenc.model.TinyLM` (its window / log-n
+            settings apply).
+        data: a source from :mod:`posenc.data`.
+        lengths: evaluation lengths (positive integers, duplicates removed).
+        batches, batch_size: how many sequences per length.
+        seed: seeds the evaluation batches.
+        max_tokens: sequences per forward pass are limited to ``max_tokens // n``
+            (at least one) to bound memory.
+
+    Returns:
+        ``{n: LengthResult}`` in the order of ``lengths``.
+    """
+    if not isinstance(model, TinyLM):
+        raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
+    _check_data(data)
+    lengths = list(dict.fromkeys(lengths))
+    if not lengths:
+        raise ValueError("lengths must not be empty")
+    for n in lengths:
+        _positive("every length", n)
+    _positive("batches", batches)
+    _positive("batch_size", batch_size)
+    if device is None:
+        device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    use_bf16 = torch.device(device).type == "cuda"
+    out: Dict[int, LengthResult] = {}
+    for n in lengths:
+        per_pass = max(1, min(batch_size, max_tokens // n))
+        loss_sum = torch.zeros(n, dtype=torch.float64)
+        count = torch.zeros(n, dtype=torch.float64)
+        correct = 0
+        for x_all, y_all in evaluation_batches(data, n, batches, seed, batch_size=batch_size, split=split):
+            for i in range(0, batch_size, per_pass):
+                x, y = x_all[i:i + per_pass].to(device), y_all[i:i + per_pass].to(device)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                    logits = model(x)
+                logits = logits.float()
+                nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX,
+                                      reduction="none")  # (b, n), 0 where ignored
+                counted = y != IGNORE_INDEX
+                loss_sum += nll.sum(0).double().cpu()
+                count += counted.sum(0).double().cpu()
+                correct += int(((logits.argmax(-1) == y) & counted).sum())
+        tokens = int(count.sum())
+        if tokens == 0:
+            raise ValueError(f"no counted targets at length {n}")
+        loss = float(loss_sum.sum() / tokens)
+        position_loss = torch.where(count > 0, loss_sum / count.clamp(min=1), torch.full_like(count, float("nan")))
+        out[n] = LengthResult(n, loss, math.exp(min(loss, 700.0)), correct / tokens, tokens, position_loss)
+    model.train(was_training)
+    return out

@@ -1,0 +1,224 @@
+"""Tests for posenc.data: synthetic tasks and character corpora."""
+
+import math
+import urllib.error
+
+import pytest
+import torch
+
+import posenc as pe
+from posenc import data as D
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------------------- Markov chain
+
+
+def test_markov_same_seed_same_batches_and_different_seeds_differ():
+    chain = D.MarkovChain(vocab_size=8, order=2, seed=0)
+    a = chain.batch(4, 32, gen(1))
+    b = chain.batch(4, 32, gen(1))
+    c = chain.batch(4, 32, gen(2))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+    other = D.MarkovChain(vocab_size=8, order=2, seed=1)
+    assert not torch.equal(chain.transitions, other.transitions)
+    assert torch.equal(chain.transitions, D.MarkovChain(vocab_size=8, order=2, seed=0).transitions)
+
+
+def test_markov_batch_layout():
+    chain = D.MarkovChain(vocab_size=5, order=3, seed=0)
+    x, y = chain.batch(3, 20, gen(0))
+    assert x.shape == y.shape == (3, 20) and x.dtype == y.dtype == torch.int64
+    assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
+    assert int(x.min()) >= 0 and int(x.max()) < 5
+    assert torch.allclose(chain.transitions.sum(-1), torch.ones(5 ** 3, dtype=torch.float64))
+
+
+def test_markov_samples_are_prefixes_of_longer_samples():
+    chain = D.MarkovChain(vocab_size=8, order=2, seed=0)
+    short = chain.sample(4, 30, gen(5))
+    long = chain.sample(4, 90, gen(5))
+    assert torch.equal(short, long[:, :30])
+
+
+def test_markov_follows_its_transitions():
+    """Mean log-loss of a long sample under the true table -> entropy rate (ergodic theorem)."""
+    chain = D.MarkovChain(vocab_size=6, order=2, alpha=0.3, seed=0)
+    seq = chain.sample(64, 400, gen(0))  # 25,600 transitions
+    ctx = seq[:, :-2] * 6 + seq[:, 1:-1]
+    logp = chain.transitions[ctx, seq[:, 2:]].log()
+    assert abs(-logp[:, 20:].mean().item() - chain.entropy_rate()) < 0.03
+
+
+def test_markov_entropy_rate_limits():
+    # nearly uniform transitions: entropy rate close to log V
+    assert abs(D.MarkovChain(vocab_size=8, order=1, alpha=1e4, seed=0).entropy_rate() - math.log(8)) < 1e-3
+    sharp = D.MarkovChain(vocab_size=8, order=2, alpha=0.1, seed=0).entropy_rate()
+    assert 0 < sharp < math.log(8)
+
+
+@pytest.mark.parametrize("kwargs", [dict(vocab_size=1), dict(order=0), dict(alpha=0), dict(alpha=-1.0),
+                                    dict(seed=-1), dict(vocab_size=64, order=4)])
+def test_markov_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        D.MarkovChain(**kwargs)
+
+
+# --------------------------------------------------------------------------- retrieval
+
+
+@pytest.mark.parametrize("distinct", [True, False])
+def test_retrieval_layout(distinct):
+    task = D.FirstTokenRetrieval(n_keys=4, n_filler=10, mark_prob=0.2, distinct_keys=distinct)
+    x, y = task.batch(16, 50, gen(0))
+    assert x.shape == y.shape == (16, 50)
+    assert task.vocab_size == (10 + 4 + 1 if distinct else 10 + 1)
+    keys = x[:, 0]
+    assert bool(((keys >= task.key_offset) & (keys < task.key_offset + 4)).all())
+    marks = x == task.marker
+    assert marks[:, -1].all() and not marks[:, 0].any()
+    assert torch.equal(y[marks], keys[:, None].expand(-1, 50)[marks])  # target at a marker = key
+    assert bool((y[~marks] == D.IGNORE_INDEX).all())
+    if distinct:  # the key never appears again
+        assert not bool((x[:, 1:] == keys[:, None]).any())
+    assert int(x.max()) < task.vocab_size
+
+
+def test_retrieval_is_deterministic_and_min_distance():
+    task = D.FirstTokenRetrieval(mark_prob=0.5, min_distance=8)
+    a, b = task.batch(4, 40, gen(3)), task.batch(4, 40, gen(3))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], task.batch(4, 40, gen(4))[0])
+    assert not bool((a[0][:, :8] == task.marker).any())
+
+
+@pytest.mark.parametrize("kwargs", [dict(n_keys=1), dict(mark_prob=1.5), dict(mark_prob=0.0, mark_last=False),
+                                    dict(n_keys=20, n_filler=4, distinct_keys=False), dict(distinct_keys=1)])
+def test_retrieval_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        D.FirstTokenRetrieval(**kwargs)
+
+
+def test_batch_bad_arguments():
+    task = D.FirstTokenRetrieval()
+    with pytest.raises(ValueError):
+        task.batch(0, 10)
+    with pytest.raises(ValueError):
+        task.batch(2, 1)  # needs a key and a marker
+    with pytest.raises(ValueError):
+        task.batch(2, 10, split="test")
+    with pytest.raises(ValueError):
+        D.MarkovChain().batch(2, 10, generator=0)
+
+
+# --------------------------------------------------------------------------- character corpora
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return D.python_docs()
+
+
+def test_python_docs_corpus(docs):
+    assert docs.vocab_size == len(D.CHARS) == 96
+    train, val = docs.splits["train"], docs.splits["validation"]
+    assert len(train) > 100_000 and len(val) > 10_000
+    assert abs(len(val) / (len(train) + len(val)) - 0.1) < 1e-3
+    assert docs.config == D.python_docs().config  # deterministic
+    assert "assert" in docs.text
+
+
+def test_char_batches(docs):
+    x, y = docs.batch(4, 64, gen(0), split="validation")
+    assert x.shape == y.shape == (4, 64)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    val_text = docs.decode(docs.splits["validation"])
+    for row in x:  # every window lies inside the validation split
+        assert docs.decode(row) in val_text
+    a = docs.batch(4, 64, gen(0))
+    assert torch.equal(a[0], docs.batch(4, 64, gen(0))[0])
+    assert not torch.equal(a[0], docs.batch(4, 64, gen(1))[0])
+
+
+def test_encode_decode_roundtrip(docs):
+    text = 'def f(x):\n    return "ok" + str(x)  # 100%'
+    assert docs.decode(docs.encode(text)) == text
+    assert docs.decode(docs.encode("\u201ccaf\u00e9\u201d \u2014 done")) == '"cafe" - done'
+
+
+def test_char_corpus_bad_arguments():
+    with pytest.raises(ValueError):
+        D.CharCorpus("short")
+    with pytest.raises(ValueError):
+        D.CharCorpus("x" * 1000, val_fraction=1.0)
+    small = D.CharCorpus("abc " * 100)
+    with pytest.raises(ValueError):
+        small.batch(2, 100, split="validation")  # the split is too short
+
+
+# --------------------------------------------------------------------------- downloads
+
+
+def test_download_offline_fails_clearly(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(D.urllib.request, "urlopen", offline)
+    with pytest.raises(RuntimeError, match="internet"):
+        D.tiny_shakespeare(root=tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing half-written left behind
+
+
+def test_download_checksums(tmp_path, monkeypatch):
+    monkeypatch.setattr(D.urllib.request, "urlopen", lambda *a, **k: pytest.fail("must not download"))
+    (tmp_path / "tinyshakespeare.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 5)
+    corpus = D.tiny_shakespeare(root=tmp_path)  # first use: records the checksum
+    record = (tmp_path / "tinyshakespeare.txt.sha256").read_text().strip()
+    assert len(record) == 64
+    assert corpus.text.startswith("First Citizen:")
+    D.tiny_shakespeare(root=tmp_path, sha256=record)  # explicit, matching
+    with pytest.raises(RuntimeError, match="SHA-256 mismatch"):
+        D.tiny_shakespeare(root=tmp_path, sha256="0" * 64)
+    (tmp_path / "tinyshakespeare.txt").write_text("tampered " * 50)
+    with pytest.raises(RuntimeError, match="SHA-256 mismatch"):
+        D.tiny_shakespeare(root=tmp_path)  # against the recorded checksum
+    with pytest.raises(ValueError):
+        D.tiny_shakespeare(root=tmp_path, sha256="not-a-hash")
+    with pytest.raises(ValueError):
+        D.wikitext("42", root=tmp_path)
+
+
+def test_cache_dir_follows_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    assert D.cache_dir("data") == tmp_path / "data"
+    monkeypatch.delenv("POSENC_CACHE")
+    assert D.cache_dir().name == "posenc"
+
+
+def test_exported():
+    assert pe.MarkovChain is D.MarkovChain and pe.python_docs is D.python_docs
+
+
+def test_markov_optimal_nll():
+    chain = D.MarkovChain(vocab_size=3, order=2, alpha=0.5, seed=2)
+    x, y = chain.batch(5, 12, gen(0))
+    nll = chain.optimal_nll(x, y)
+    assert nll.shape == (5, 12)
+    p = chain.transitions
+    # positions with a fully observed context: -log P(x_{t+1} | x_{t-1}, x_t)
+    assert torch.allclose(nll[:, 1:], -p[x[:, :-1] * 3 + x[:, 1:], y[:, 1:]].log())
+    # the first prediction, by brute force over the hidden start (c0, c1), uniform prior
+    for b in range(5):
+        x0, x1 = int(x[b, 0]), int(y[b, 0])
+        num = sum(p[c0 * 3 + c1, x0] * p[c1 * 3 + x0, x1] for c0 in range(3) for c1 in range(3))
+        den = sum(p[c0 * 3 + c1, x0] for c0 in range(3) for c1 in range(3))
+        assert math.isclose(nll[b, 0].item(), -math.log(num / den), rel_tol=1e-9)
+    # the mean over a long sample approaches the entropy rate
+    long = chain.batch(64, 300, gen(1))
+    assert abs(chain.optimal_nll(*long)[:, 20:].mean().item() - chain.entropy_rate()) < 0.03
+    with pytest.raises(ValueError):
+        chain.optimal_nll(x, x)  # not shifted

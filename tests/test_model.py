@@ -1,0 +1,194 @@
+"""Tests for posenc.model: the tiny language model and its position schemes."""
+
+import pytest
+import torch
+
+import posenc as pe
+from posenc.model import POSITION_SCHEMES, TinyLM
+
+V = 11  # vocabulary size of the test models
+T = 16  # "training" length of the test models
+
+
+def make(position: str, **kw) -> TinyLM:
+    torch.manual_seed(0)
+    if position == "learned":
+        kw.setdefault("max_len", 8 * T)
+    kw.setdefault("train_len", T)
+    return TinyLM(V, d_model=32, n_layers=2, n_heads=4, position=position, **kw).eval()
+
+
+def tokens(n: int, batch: int = 2, seed: int = 0) -> torch.Tensor:
+    return torch.randint(V, (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+def test_tinylm_is_exported():
+    assert pe.TinyLM is TinyLM
+    assert set(POSITION_SCHEMES) >= {"none", "learned", "sinusoidal", "rope", "alibi",
+                                      "kerple_power", "kerple_log", "sandwich", "xpos"}
+
+
+@pytest.mark.parametrize("position", POSITION_SCHEMES)
+def test_output_shape(position):
+    model = make(position)
+    out = model(tokens(T, batch=3))
+    assert out.shape == (3, T, V)
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("position", POSITION_SCHEMES)
+@pytest.mark.parametrize("setting", ["plain", "window", "log_n"])
+def test_causal(position, setting):
+    """Changing tokens after t never changes the logits at positions <= t."""
+    model = make(position)
+    if setting == "window":
+        model.window = 5
+    elif setting == "log_n":
+        model.train_len = 4
+        model.log_n_scaling = True
+    x = tokens(2 * T)
+    t = 9
+    y = x.clone()
+    y[:, t + 1:] = (y[:, t + 1:] + 1 + torch.arange(2 * T - t - 1)) % V  # every later token changes
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert torch.allclose(a[:, : t + 1], b[:, : t + 1], atol=1e-5)
+    assert not torch.allclose(a[:, t + 1:], b[:, t + 1:], atol=1e-3)
+
+
+@pytest.mark.parametrize("position", POSITION_SCHEMES)
+def test_runs_at_any_length(position):
+    """Built once, run at 1x, 3x and 8x the training length (learned: only within its table)."""
+    model = make(position, max_len=2 * T) if position == "learned" else make(position)
+    for factor in (1, 3, 8):
+        x = tokens(factor * T, batch=1)
+        if position == "learned" and factor * T > 2 * T:
+            with pytest.raises(ValueError, match="max_len"):
+                model(x)
+        else:
+            with torch.no_grad():
+                assert model(x).shape == (1, factor * T, V)
+
+
+@pytest.mark.parametrize("position", ["none", "rope", "alibi", "kerple_log", "t5", "sinusoidal"])
+def test_window_limits_receptive_field(position):
+    """One layer with a window w: the output at t depends only on tokens t-w+1 .. t."""
+    torch.manual_seed(0)
+    model = TinyLM(V, d_model=32, n_layers=1, n_heads=4, position=position, window=4).eval()
+    x = tokens(12)
+    y = x.clone()
+    y[:, 0] = (y[:, 0] + 1) % V
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert torch.allclose(a[:, 4:], b[:, 4:], atol=1e-6)  # token 0 is out of every window from t = 4
+    assert not torch.allclose(a[:, :4], b[:, :4], atol=1e-4)
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "kerple_power", "sandwich", "xpos"])
+def test_window_at_least_length_changes_nothing(position):
+    model = make(position)
+    x = tokens(T)
+    with torch.no_grad():
+        full = model(x)
+        model.window = T
+        windowed = model(x)
+    assert torch.allclose(full, windowed, atol=1e-6)
+
+
+def test_log_n_scaling_only_beyond_train_len():
+    """Factors are 1 for the first train_len queries: those outputs are unchanged."""
+    model = make("rope")
+    with torch.no_grad():
+        for block in model.blocks:  # sharpen attention so that scaling the logits shows
+            block.attn.qkv.weight.mul_(30)
+    x = tokens(3 * T)
+    with torch.no_grad():
+        plain = model(x)
+        model.log_n_scaling = True
+        scaled = model(x)
+    assert torch.allclose(plain[:, :T], scaled[:, :T], atol=1e-6)
+    assert not torch.allclose(plain[:, T:], scaled[:, T:], atol=1e-4)
+    factors = model._log_n_scale(3 * T, torch.device("cpu")).flatten()
+    n = torch.arange(1, 3 * T + 1, dtype=torch.float64)
+    expected = (n.log() / torch.log(torch.tensor(float(T)))).clamp(min=1)  # log_L(n) for n > L
+    assert torch.allclose(factors.double(), expected, atol=1e-6)
+    model.window = T  # a window of L keys: every query sees at most L keys, factor 1
+    assert model._log_n_scale(3 * T, torch.device("cpu")) is None
+
+
+def test_alibi_bias_inside_model_is_pe_alibi_bias():
+    model = make("alibi")
+    bias = model._fixed_bias(T, torch.device("cpu"), torch.float32)[0]  # (1, heads, T, T)
+    allowed = pe.causal_mask(T)
+    ref = pe.alibi_bias(4, T)
+    assert torch.equal(bias[:, allowed], ref[:, allowed])
+    assert torch.isinf(bias[:, ~allowed]).all()
+
+
+def test_rope_model_rotates_like_apply_rope():
+    """The model's cached rotary module gives exactly pe.apply_rope on q and k."""
+    model = make("rope")
+    q = torch.randn(1, 4, 6, 8)
+    k = torch.randn(1, 4, 6, 8)
+    qa, ka = model.rope(q, k)
+    qb, kb = pe.apply_rope(q), pe.apply_rope(k)
+    assert torch.allclose(qa, qb, atol=1e-6) and torch.allclose(ka, kb, atol=1e-6)
+
+
+def test_config_excludes_evaluation_settings():
+    model = make("rope")
+    before = model.config
+    model.window = 7
+    model.log_n_scaling = True
+    assert model.config == before
+    assert before["position"] == "rope" and before["d_model"] == 32
+
+
+def test_reset_parameters_is_deterministic():
+    a, b = make("kerple_log"), make("kerple_log")
+    a.reset_parameters(torch.Generator().manual_seed(3))
+    b.reset_parameters(torch.Generator().manual_seed(3))
+    for (name, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(pa, pb), name
+    b.reset_parameters(torch.Generator().manual_seed(4))
+    assert not torch.equal(a.tok.weight, b.tok.weight)
+
+
+def test_learned_bias_parameters_get_gradients():
+    for position in ("kerple_power", "kerple_log", "t5"):
+        model = make(position).train()
+        model(tokens(T)).logsumexp(-1).mean().backward()
+        params = [p for n, p in model.named_parameters() if "kerple" in n or n.startswith("t5.")]
+        assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params), position
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(position="nope"),
+    dict(position="rope", n_heads=3),          # 32 not divisible by 3
+    dict(position="rope", d_model=36, n_heads=4),  # head_dim 9 is odd
+    dict(position="xpos", d_model=36, n_heads=4),
+    dict(position="learned"),                  # max_len missing
+    dict(position="rope", max_len=64),         # max_len only for learned
+    dict(position="rope", window=0),
+    dict(position="rope", window=2.5),
+    dict(position="rope", log_n_scaling=True),  # needs train_len
+    dict(position="rope", train_len=1),
+    dict(position="rope", dropout=1.0),
+    dict(position="rope", n_layers=0),
+])
+def test_bad_arguments(kwargs):
+    kwargs = dict(dict(d_model=32, n_heads=4), **kwargs)
+    with pytest.raises(ValueError):
+        TinyLM(V, **kwargs)
+
+
+def test_bad_inputs():
+    model = make("rope")
+    with pytest.raises(ValueError):
+        model(torch.rand(2, 5))  # not token ids
+    with pytest.raises(ValueError):
+        model(torch.zeros(5, dtype=torch.long))  # no batch dimension
+    with pytest.raises(ValueError):
+        model.window = -1
+    with pytest.raises(ValueError):
+        TinyLM(0)

@@ -1,0 +1,169 @@
+"""Tests for posenc.train: training, the run cache, evaluation at several lengths, presets."""
+
+import importlib
+import math
+
+import pytest
+import torch
+
+import posenc as pe
+
+# ``pe.train`` is the function (re-exported); the module is reached through importlib
+T = importlib.import_module("posenc.train")
+from posenc.data import FirstTokenRetrieval, MarkovChain
+from posenc.model import TinyLM
+
+CHAIN = MarkovChain(vocab_size=6, order=1, alpha=0.2, seed=0)
+FAST = dict(steps=12, seq_len=16, batch_size=4, lr=3e-3, warmup=2, progress=False, device="cpu")
+
+
+def small_model(position: str = "rope", **kw) -> TinyLM:
+    if position == "learned":
+        kw.setdefault("max_len", 64)
+    kw = dict(dict(d_model=16, n_layers=1, n_heads=2), **kw)
+    return TinyLM(CHAIN.vocab_size, position=position, **kw)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+
+
+def test_train_reduces_loss():
+    result = T.train(small_model(), CHAIN, **dict(FAST, steps=60, lr=1e-2), cache=False)
+    assert len(result.losses) == 60 and result.steps_run == 60 and not result.from_cache
+    first, last = sum(result.losses[:5]) / 5, sum(result.losses[-5:]) / 5
+    assert last < first - 0.2
+    assert not result.model.training
+
+
+def test_second_call_loads_from_cache(tmp_path):
+    first = T.train(small_model(), CHAIN, **FAST)
+    assert not first.from_cache and first.steps_run == FAST["steps"]
+    assert (tmp_path / "runs" / f"{first.key}.pt").exists()
+    again = T.train(small_model(), CHAIN, **FAST)
+    assert again.from_cache and again.steps_run == 0 and again.key == first.key
+    assert again.losses == first.losses
+    for name, value in first.model.state_dict().items():
+        assert torch.equal(value, again.model.state_dict()[name]), name
+    other_seed = T.train(small_model(), CHAIN, **dict(FAST, seed=1))
+    assert not other_seed.from_cache and other_seed.key != first.key
+    no_cache = T.train(small_model(), CHAIN, **FAST, cache=False)
+    assert not no_cache.from_cache and no_cache.steps_run == FAST["steps"]
+
+
+def test_training_is_deterministic_and_ignores_current_weights():
+    a = T.train(small_model(), CHAIN, **FAST, cache=False)
+    model = small_model()
+    with torch.no_grad():
+        model.tok.weight.add_(5.0)  # train() starts from a fresh initialisation drawn from the seed
+    b = T.train(model, CHAIN, **FAST, cache=False)
+    assert a.losses == b.losses
+
+
+def test_cache_key_covers_model_data_and_training():
+    key = T.train(small_model(), CHAIN, **FAST).key
+    assert T.train(small_model("alibi"), CHAIN, **FAST).key != key
+    assert T.train(small_model(), MarkovChain(vocab_size=6, order=1, alpha=0.2, seed=1), **FAST).key != key
+    assert T.train(small_model(), CHAIN, **dict(FAST, lr=1e-3)).key != key
+    # evaluation-time settings that do not act at the training length do not change the key
+    assert T.train(small_model(window=FAST["seq_len"]), CHAIN, **FAST).key == key
+    assert T.train(small_model(window=4), CHAIN, **FAST).key != key
+
+
+def test_train_sets_train_len():
+    model = small_model()
+    assert model.train_len is None
+    T.train(model, CHAIN, **FAST)
+    assert model.train_len == FAST["seq_len"]
+
+
+def test_evaluate_lengths():
+    model = T.train(small_model(), CHAIN, **FAST).model
+    lengths = [16, 32, 48, 128]
+    out = T.evaluate_lengths(model, CHAIN, lengths, batches=2, batch_size=3)
+    assert list(out) == lengths
+    for n, r in out.items():
+        assert r.length == n and r.tokens == 2 * 3 * n
+        assert math.isclose(r.ppl, math.exp(r.loss), rel_tol=1e-9)
+        assert 0.0 <= r.accuracy <= 1.0
+        assert r.position_loss.shape == (n,)
+        assert math.isclose(r.position_loss.mean().item(), r.loss, rel_tol=1e-6)
+    again = T.evaluate_lengths(model, CHAIN, lengths, batches=2, batch_size=3)
+    assert all(again[n].loss == out[n].loss for n in lengths)  # fixed evaluation batches
+    split = T.evaluate_lengths(model, CHAIN, [128], batches=2, batch_size=3, max_tokens=100)
+    assert math.isclose(split[128].loss, out[128].loss, rel_tol=1e-5)  # chunking changes nothing
+
+
+def test_evaluate_counts_only_marked_targets():
+    task = FirstTokenRetrieval(n_keys=4, n_filler=6, mark_prob=0.0)  # one marker: the last token
+    model = TinyLM(task.vocab_size, d_model=16, n_layers=1, n_heads=2)
+    out = T.evaluate_lengths(model, task, [10, 20], batches=2, batch_size=4)
+    assert out[10].tokens == out[20].tokens == 8
+    assert torch.isnan(out[20].position_loss[:-1]).all() and not torch.isnan(out[20].position_loss[-1])
+
+
+def test_learned_model_cannot_be_evaluated_beyond_its_table():
+    model = small_model("learned", max_len=32)
+    with pytest.raises(ValueError, match="max_len"):
+        T.evaluate_lengths(model, CHAIN, [16, 64], batches=1, batch_size=1)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):  # vocabulary mismatch
+        T.train(TinyLM(7, d_model=16, n_heads=2), CHAIN, **FAST)
+    with pytest.raises(ValueError):
+        T.train(small_model(), CHAIN, **dict(FAST, steps=0))
+    with pytest.raises(ValueError):
+        T.train(small_model(), CHAIN, **dict(FAST, lr=-1.0))
+    with pytest.raises(ValueError):
+        T.train(small_model("learned", max_len=8), CHAIN, **FAST)  # seq_len beyond the table
+    with pytest.raises(ValueError):
+        T.train(torch.nn.Linear(2, 2), CHAIN, **FAST)
+    with pytest.raises(ValueError):
+        T.train(small_model(), object(), **FAST)
+    with pytest.raises(ValueError):
+        T.evaluate_lengths(small_model(), CHAIN, [])
+    with pytest.raises(ValueError):
+        T.evaluate_lengths(small_model(), CHAIN, [0, 16])
+
+
+def test_presets(monkeypatch):
+    small, full = T.training_preset("small"), T.training_preset("full")
+    assert small.mode == "small" and full.mode == "full"
+    assert full.d_model > small.d_model and full.steps > small.steps and full.seq_len > small.seq_len
+    monkeypatch.setenv("POSENC_SIZE", "full")
+    assert T.training_preset() == full
+    monkeypatch.setenv("POSENC_SIZE", "small")
+    assert T.training_preset(steps=7).steps == 7
+    model = small.make_model(10, "learned")
+    assert model.max_len == 8 * small.seq_len and model.train_len == small.seq_len
+    assert small.make_model(10, "rope").d_model == small.d_model
+    with pytest.raises(ValueError):
+        T.training_preset("huge")
+    with pytest.raises(ValueError):
+        T.training_preset(colour="red")
+
+
+def test_exported():
+    assert pe.train is T.train and pe.evaluate_lengths is T.evaluate_lengths
+
+
+def test_evaluation_batches_are_the_evaluated_ones():
+    model = small_model()
+    out = T.evaluate_lengths(model, CHAIN, [24], batches=2, batch_size=3, seed=7)
+    total = 0.0
+    for x, y in T.evaluation_batches(CHAIN, 24, 2, 7, batch_size=3):
+        with torch.no_grad():
+            total += torch.nn.functional.cross_entropy(model(x).transpose(1, 2), y, reduction="sum").item()
+    assert math.isclose(total / (2 * 3 * 24), out[24].loss, rel_tol=1e-5)
+
+
+def test_return_attention():
+    model = small_model("alibi", n_layers=2, window=5)
+    x = torch.randint(CHAIN.vocab_size, (2, 12))
+    logits, weights = model(x, return_attention=True)
+    assert torch.allclose(logits, model(x), atol=1e-5)
+    assert len(weights) == 2 and weights[0].shape == (2, 2, 12, 12)
+    assert torch.allclose(weights[0].sum(-1), torch.ones(2, 2, 12), atol=1e-5)
+    assert weights[1][..., 6:, :2].abs().max() == 0  # outside the window of 5
