@@ -17,6 +17,9 @@ SIZE   ?= small
 SITE   := _build/html
 # pytest workers: notebooks run side by side, each in its own kernel.
 JOBS   ?= 2
+# torch threads per worker and kernel: the cores shared out, so that JOBS
+# kernels do not fight over them (oversubscribed OpenMP threads spin-wait).
+THREADS ?= $(shell $(PYTHON) -c "import os; print(max(1, (os.cpu_count() or 1) // $(JOBS)))")
 
 .PHONY: all book test test-lib test-notebooks test-site benchmarks venv clean
 
@@ -36,14 +39,14 @@ book: venv
 	@echo "The website is in $(SITE)/index.html"
 
 test: venv
-	POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest tests chapters --nbval-lax -p no:cacheprovider \
+	OMP_NUM_THREADS=$(THREADS) POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest tests chapters --nbval-lax -p no:cacheprovider \
 		-n $(JOBS) --dist loadfile
 
 test-lib: venv
 	$(BIN)/python -m pytest tests -p no:cacheprovider
 
 test-notebooks: venv
-	POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest chapters --nbval-lax -p no:cacheprovider \
+	OMP_NUM_THREADS=$(THREADS) POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest chapters --nbval-lax -p no:cacheprovider \
 		-n $(JOBS) --dist loadfile
 
 test-site: venv

@@ -211,7 +211,10 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
     static = os.environ.get("POSENC_STATIC", "").strip().lower() not in ("", "0", "false", "no")
-    return tqdm(total=total, desc=desc, disable=not enabled or static, leave=False)
+    # mininterval: at most one refresh per second. In a notebook every refresh
+    # is a few widget messages, and a client that does not read them while a
+    # cell runs (nbval) drops messages beyond ZeroMQ's high-water mark (1000).
+    return tqdm(total=total, desc=desc, disable=not enabled or static, leave=False, mininterval=1.0)
 
 
 def train(
@@ -320,9 +323,9 @@ def train(
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             opt.step()
             losses.append(loss.item())
-            bar.update(1)
             if step % 10 == 0:
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+                bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)  # shown at the next refresh
+            bar.update(1)
     seconds = time.perf_counter() - start
     model.eval()
 
