@@ -116,13 +116,40 @@ def test_log_n_scaling_only_beyond_train_len():
     assert model._log_n_scale(3 * T, torch.device("cpu")) is None
 
 
-def test_alibi_bias_inside_model_is_pe_alibi_bias():
+def _reference_bias(model: TinyLM, n: int) -> torch.Tensor:
+    """The (heads, n, n) bias each scheme should add, from posenc's matrix functions."""
+    if model.position == "alibi":
+        return pe.alibi_bias(4, n)
+    if model.position == "sandwich":
+        return pe.sandwich_bias(4, n, dim=model.config["sandwich_dim"])
+    if model.position == "t5":
+        return model.t5(n)
+    return model.blocks[0].kerple(n)  # KERPLE: the first layer's kernel
+
+
+@pytest.mark.parametrize("position", ["alibi", "sandwich", "t5", "kerple_power", "kerple_log"])
+@pytest.mark.parametrize("n", [T, 300])  # 300 > 256 queries: the chunked path
+def test_bias_inside_model_is_the_posenc_bias(position, n):
+    """The first layer's attention equals pe.attention with the scheme's full (heads, n, n) bias."""
+    model = make(position)
+    idx = tokens(n, batch=1)
+    with torch.no_grad():
+        _, weights = model(idx, return_attention=True)
+        block = model.blocks[0]
+        qkv = block.attn.qkv(block.ln1(model.tok(idx))).view(1, n, 3, 4, 8)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        out, ref = pe.attention(q, k, v, bias=_reference_bias(model, n), return_weights=True)
+        fast = pe.relative_attention(q, k, v, **({"slopes": model.alibi_slopes} if position == "alibi" else
+                                                 {"distance_bias": _reference_bias(model, n)[:, -1].flip(-1)}))
+    assert torch.allclose(weights[0], ref, atol=1e-6)
+    assert torch.allclose(fast, out, atol=1e-5)
+
+
+def test_alibi_slopes_are_not_saved():
+    """ALiBi's slopes follow the model's device but are not weights (old checkpoints still load)."""
     model = make("alibi")
-    bias = model._fixed_bias(T, torch.device("cpu"), torch.float32)[0]  # (1, heads, T, T)
-    allowed = pe.causal_mask(T)
-    ref = pe.alibi_bias(4, T)
-    assert torch.equal(bias[:, allowed], ref[:, allowed])
-    assert torch.isinf(bias[:, ~allowed]).all()
+    assert torch.equal(model.alibi_slopes, pe.alibi_slopes(4))
+    assert "alibi_slopes" not in model.state_dict()
 
 
 def test_rope_model_rotates_like_apply_rope():

@@ -11,12 +11,23 @@ where :math:`B` is an additive position bias (ALiBi, KERPLE, T5, ...) that is
 Every call goes through :func:`torch.nn.functional.scaled_dot_product_attention`
 (flash / memory-efficient kernels where the inputs allow), except when the
 attention weights are asked for, which needs the explicit softmax.
+
+:func:`attention` takes a bias as a tensor, so it has to be stored: ``heads * n^2``
+numbers. Causal biases that depend only on the distance ``i - j`` (ALiBi,
+KERPLE, Sandwich, the T5 bias, a sliding window) need far less, and
+:func:`relative_attention` takes them as ``(heads,)`` slopes or a
+``(heads, n)`` table of values per distance, then picks the fastest exact
+path: ALiBi folded into one extra channel of ``q`` and ``k`` (the fused causal
+kernel runs unchanged), query chunks reading the bias through a Toeplitz view
+of the table (no ``n x n`` tensor), or FlexAttention with the bias as a
+``score_mod`` on CUDA.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
+import warnings
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +35,14 @@ import torch.nn.functional as F
 from ._validate import check_int
 from .masks import causal_mask
 
-__all__ = ["attention", "combine_bias_and_mask", "attention_entropy", "log_length_scale"]
+__all__ = [
+    "attention",
+    "combine_bias_and_mask",
+    "relative_attention",
+    "ATTENTION_PATHS",
+    "attention_entropy",
+    "log_length_scale",
+]
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -132,6 +150,292 @@ def attention(
             scores = scores + attn_mask
     weights = scores.softmax(dim=-1)
     return weights @ v, weights
+
+
+# ---------------------------------------------------------------------------
+# Relative (distance-only) causal biases without an n x n tensor
+# ---------------------------------------------------------------------------
+
+#: The implementations :func:`relative_attention` can use (``path=``).
+ATTENTION_PATHS = ("auto", "fold", "chunked", "flex", "bias", "naive")
+
+#: Query rows per call of the chunked path.
+_CHUNK = 256
+
+
+def _relative_inputs(q, k, v, slopes, distance_bias, window):
+    """Validate the arguments of :func:`relative_attention`; tensors on q's device, float."""
+    _check_qkv(q, k, v)
+    heads, k_len = q.shape[1], k.shape[2]
+    if slopes is not None:
+        slopes = torch.as_tensor(slopes, device=q.device)
+        if slopes.ndim != 1 or slopes.shape[0] != heads or not slopes.is_floating_point():
+            raise ValueError(f"slopes must be a float ({heads},) tensor, one per head; got {tuple(slopes.shape)}")
+    if distance_bias is not None:
+        if (not isinstance(distance_bias, torch.Tensor) or distance_bias.ndim != 2
+                or distance_bias.shape[0] != heads or not distance_bias.is_floating_point()):
+            shape = tuple(distance_bias.shape) if isinstance(distance_bias, torch.Tensor) else type(distance_bias)
+            raise ValueError(f"distance_bias must be a float (heads={heads}, n) tensor of values per distance; "
+                             f"got {shape}")
+        if distance_bias.shape[1] < k_len:
+            raise ValueError(f"distance_bias covers distances 0..{distance_bias.shape[1] - 1} but "
+                             f"k_len = {k_len} needs 0..{k_len - 1}")
+        distance_bias = distance_bias[:, :k_len].to(q.device)
+    if window is not None:
+        check_int("window", window)
+    return slopes, distance_bias
+
+
+def _distance_values(d, slopes, distance_bias, window, dtype):
+    """Bias at integer distances ``d`` (any shape) per head: ``(heads, *d.shape)``, -inf where not allowed."""
+    heads = slopes.shape[0] if slopes is not None else distance_bias.shape[0] if distance_bias is not None else 1
+    shape = (heads,) + (1,) * d.ndim
+    allowed = d >= 0
+    if window is not None:
+        allowed = allowed & (d < window)
+    out = torch.zeros(shape, dtype=dtype, device=d.device).expand(heads, *d.shape)
+    if slopes is not None:
+        out = out - slopes.to(dtype).view(shape) * d.clamp(min=0).to(dtype)
+    if distance_bias is not None:
+        out = out + distance_bias.to(dtype)[:, d.clamp(min=0, max=distance_bias.shape[1] - 1)]
+    return out.masked_fill(~allowed, float("-inf"))
+
+
+def _path_naive(q, k, v, scale, slopes, distance_bias, window):
+    """Explicit scores, bias and softmax: the reference, and the only path returning weights."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    d = torch.arange(q_len, device=q.device)[:, None] + (k_len - q_len) - torch.arange(k_len, device=q.device)
+    scores = (q @ k.transpose(-2, -1)) * scale + _distance_values(d, slopes, distance_bias, window, q.dtype)
+    weights = scores.softmax(dim=-1)  # (batch, heads, q_len, k_len)
+    return weights @ v, weights
+
+
+def _path_bias(q, k, v, scale, slopes, distance_bias, window):
+    """The bias stored as one ``(1, heads, q_len, k_len)`` float mask, through SDPA."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    d = torch.arange(q_len, device=q.device)[:, None] + (k_len - q_len) - torch.arange(k_len, device=q.device)
+    if slopes is None and distance_bias is None:  # a window alone: a boolean mask is enough
+        allowed = (d >= 0) & (d < window) if window is not None else d >= 0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+    bias = _distance_values(d, slopes, distance_bias, window, q.dtype)[None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+
+
+def _path_fold(q, k, v, scale, slopes):
+    """ALiBi as one extra channel: ``-m (i - j) = m j - m i``, and softmax ignores ``-m i``.
+
+    What is left, ``+m j``, is a product of a query feature (1) and a key
+    feature (``m j / scale``), so the fused causal kernel computes it with
+    ``head_dim + 1`` channels. Keys are centred (``j - c``) to halve the size of
+    the numbers added: in float32 the logits then carry a rounding error of
+    about ``max(m) * n * 2^-25``.
+    """
+    b, h, n, _ = q.shape
+    j = torch.arange(n, device=q.device, dtype=torch.float64) - (n - 1) / 2
+    key_feature = (slopes.double()[:, None] * j / scale).to(q.dtype)  # (heads, n)
+    ones = q.new_ones(b, h, n, 1)
+    q1 = torch.cat([q, ones], dim=-1)
+    k1 = torch.cat([k, key_feature[None, :, :, None].expand(b, h, n, 1)], dim=-1)
+    v1 = torch.cat([v, ones], dim=-1)  # same width as q, k: keeps SDPA on its fused kernel
+    return F.scaled_dot_product_attention(q1, k1, v1, is_causal=True, scale=scale)[..., :-1]
+
+
+def _path_chunked(q, k, v, scale, slopes, distance_bias, window, chunk=_CHUNK):
+    """Query chunks; each reads its bias as a strided (Toeplitz) view of one ``(heads, q+k)`` row.
+
+    With the keys in reverse order, ``j' = k_len - 1 - j``, the distance of
+    query ``i`` to key ``j'`` is ``i + j' - (q_len - 1)``: constant along
+    anti-diagonals, so the ``(chunk, keys)`` bias block is a view of the row
+    ``g[p] = bias(p - (q_len - 1))`` with strides ``(1, 1)``. Nothing of size
+    ``n^2`` is stored, and each chunk only visits the keys it may see (causal
+    and window), so the work is that of causal attention.
+    """
+    b, h, q_len, _ = q.shape
+    k_len, offset = k.shape[2], k.shape[2] - q.shape[2]
+    p = torch.arange(q_len + k_len - 1, device=q.device) - (q_len - 1)
+    g = _distance_values(p, slopes, distance_bias, window, q.dtype)
+    g = g.expand(h, -1).contiguous()  # (heads, q_len + k_len - 1)
+    k_rev, v_rev = k.flip(2), v.flip(2)
+    outs = []
+    for a in range(0, q_len, chunk):
+        e = min(a + chunk, q_len)
+        hi = offset + e  # keys 0 .. hi-1 are at or before the last query of the chunk
+        lo = max(0, offset + a - window + 1) if window is not None else 0
+        first = k_len - hi  # reversed index of key hi-1
+        mask = g.as_strided((1, h, e - a, hi - lo), (0, g.stride(0), 1, 1), g.storage_offset() + a + first)
+        outs.append(F.scaled_dot_product_attention(
+            q[:, :, a:e], k_rev[:, :, first:k_len - lo], v_rev[:, :, first:k_len - lo], attn_mask=mask, scale=scale))
+    return torch.cat(outs, dim=2)
+
+
+_FLEX: Dict[str, Any] = {}
+
+
+def _flex_available(device: torch.device) -> bool:
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401  (torch >= 2.5)
+    except ImportError:
+        return False
+    if device.type == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return False
+    return True
+
+
+def _path_flex(q, k, v, scale, slopes, distance_bias, window):
+    """FlexAttention: the bias as a ``score_mod``, causal and window as a block mask (compiled on CUDA)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    q_len, k_len = q.shape[2], k.shape[2]
+    offset = k_len - q_len
+    zero = torch.zeros((), device=q.device)
+    m = slopes.to(q.dtype) if slopes is not None else None
+    table = distance_bias.to(q.dtype) if distance_bias is not None else None
+    last = k_len - 1
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        dist = q_idx + offset - kv_idx
+        if m is not None:
+            score = score - m[h] * dist
+        if table is not None:
+            score = score + table[h, torch.clamp(dist, 0, last)]
+        return score
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        dist = q_idx + offset - kv_idx
+        ok = dist >= 0
+        if window is not None:
+            ok = ok & (dist < window)
+        return ok
+
+    key = (str(q.device), q_len, k_len, window)
+    if key not in _FLEX:
+        if len(_FLEX) >= 16:
+            _FLEX.clear()
+        _FLEX[key] = create_block_mask(mask_mod, None, None, q_len, k_len, device=q.device)
+    compiled = q.device.type == "cuda"
+    if compiled and "kernel" not in _FLEX:
+        _FLEX["kernel"] = torch.compile(flex_attention, dynamic=False)
+    kernel = _FLEX["kernel"] if compiled else flex_attention
+    del zero
+    return kernel(q, k, v, score_mod=score_mod, block_mask=_FLEX[key], scale=scale)
+
+
+def _pick_path(q, k, slopes, distance_bias, window) -> str:
+    q_len, k_len = q.shape[2], k.shape[2]
+    if q.device.type == "cuda" and _flex_available(q.device) and not _FLEX.get("broken"):
+        return "flex"
+    if (slopes is not None and distance_bias is None and window is None and q_len == k_len
+            and q.dtype in (torch.float32, torch.float64)):
+        return "fold"
+    if q_len <= _CHUNK:
+        return "bias"  # one call; the (heads, q, k) bias is small
+    return "chunked"
+
+
+def relative_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    slopes: Optional[torch.Tensor] = None,
+    distance_bias: Optional[torch.Tensor] = None,
+    window: Optional[int] = None,
+    scale: Optional[float] = None,
+    path: str = "auto",
+    return_weights: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Causal attention with a bias that depends only on the distance ``i - j``.
+
+    .. math::
+        \\mathrm{logit}_{h,ij} = \\text{scale}\\; q_i^\\top k_j - m_h (i - j) + b_h(i - j),
+        \\qquad 0 \\le i - j < w,
+
+    with ALiBi slopes ``m`` (Press et al., 2022), a table ``b`` of values per
+    distance (KERPLE, Sandwich, T5, ...) and a sliding window ``w``; every part
+    is optional. Because the bias is given per distance, it is never stored as
+    a ``(heads, q_len, k_len)`` tensor unless ``path="bias"`` or ``"naive"``.
+
+    Paths (all equal to the ``"naive"`` reference, see the tests):
+
+    * ``"fold"``: ALiBi only (slopes, no table, no window, ``q_len == k_len``,
+      float32/64). Softmax ignores a constant per query, so ``-m (i - j)``
+      may be replaced by ``+m j``, which is one extra channel of ``q`` (1) and
+      ``k`` (``m j / scale``): PyTorch's fused causal kernel runs as without a
+      bias. Exact in real arithmetic; float32 rounding of the larger logits
+      gives errors of about ``max(m) n 2^-25`` (1e-4 at ``n = 4096``, ``m = 1/2``).
+    * ``"chunked"``: 256 queries per call, each chunk's bias a strided view of
+      one row of ``heads * (q_len + k_len)`` numbers, keys limited to those
+      the chunk may see (causal, window). Exact; any bias.
+    * ``"flex"``: :func:`torch.nn.attention.flex_attention` with the bias as a
+      ``score_mod`` and causal / window as a block mask, compiled on CUDA
+      (eager, slow, on CPU: for tests).
+    * ``"bias"``: the bias built in full and passed to SDPA as a float mask.
+    * ``"naive"``: explicit scores and softmax (also returns the weights).
+
+    ``"auto"`` picks ``"flex"`` on CUDA when available, else ``"fold"`` when
+    it applies, else ``"bias"`` for up to 256 queries and ``"chunked"`` beyond.
+
+    Args:
+        q: ``(batch, heads, q_len, head_dim)``; the queries are the last
+            ``q_len`` key positions.
+        k, v: ``(batch, heads, k_len, head_dim)`` and ``(..., k_len, v_dim)``.
+        slopes: ``(heads,)`` ALiBi slopes, e.g. :func:`posenc.alibi_slopes`.
+        distance_bias: ``(heads, n)`` with ``n >= k_len``: the value added at
+            distance ``0 .. n-1`` (differentiable: learned biases train through it).
+        window: each query sees its ``window`` most recent keys (itself included).
+        scale: multiplier of ``q . k``; default ``1 / sqrt(head_dim)``.
+        path: one of :data:`ATTENTION_PATHS`.
+        return_weights: also return the ``(batch, heads, q_len, k_len)``
+            weights (uses ``"naive"``).
+
+    Returns:
+        ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
+
+    >>> import posenc as pe
+    >>> q = k = v = torch.randn(1, 8, 1024, 64)
+    >>> fast = pe.relative_attention(q, k, v, slopes=pe.alibi_slopes(8))    # fused kernel, no bias tensor
+    >>> slow = pe.attention(q, k, v, bias=pe.alibi_bias(8, 1024))            # an (8, 1024, 1024) bias
+    >>> bool((fast - slow).abs().max() < 1e-4)
+    True
+    """
+    slopes, distance_bias = _relative_inputs(q, k, v, slopes, distance_bias, window)
+    if path not in ATTENTION_PATHS:
+        raise ValueError(f"path must be one of {ATTENTION_PATHS}, got {path!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if return_weights:
+        if path not in ("auto", "naive"):
+            raise ValueError(f"return_weights needs the explicit path 'naive', not {path!r}")
+        return _path_naive(q, k, v, scale, slopes, distance_bias, window)
+    if slopes is None and distance_bias is None and window is None and q.shape[2] == k.shape[2] \
+            and path in ("auto", "fold"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    if path == "auto":
+        path = _pick_path(q, k, slopes, distance_bias, window)
+    if path == "fold":
+        if slopes is None or distance_bias is not None or window is not None or q.shape[2] != k.shape[2]:
+            raise ValueError("path='fold' takes ALiBi slopes only (no distance_bias, no window) and q_len == k_len")
+        return _path_fold(q, k, v, scale, slopes)
+    if path == "chunked":
+        return _path_chunked(q, k, v, scale, slopes, distance_bias, window)
+    if path == "flex":
+        if not _flex_available(q.device):
+            raise ValueError("path='flex' needs torch.nn.attention.flex_attention (torch >= 2.5; triton on CUDA)")
+        if q.device.type == "cuda" and not _FLEX.get("broken"):
+            try:
+                return _path_flex(q, k, v, scale, slopes, distance_bias, window)
+            except Exception as err:  # a compiler problem must not stop a notebook: fall back, once loudly
+                _FLEX["broken"] = True
+                warnings.warn(f"FlexAttention failed ({type(err).__name__}: {err}); using the chunked path",
+                              RuntimeWarning, stacklevel=2)
+                return _path_chunked(q, k, v, scale, slopes, distance_bias, window)
+        return _path_flex(q, k, v, scale, slopes, distance_bias, window)
+    if path == "bias":
+        return _path_bias(q, k, v, scale, slopes, distance_bias, window)
+    return _path_naive(q, k, v, scale, slopes, distance_bias, window)[0]
 
 
 def attention_entropy(weights: torch.Tensor, dim: int = -1, *, keepdim: bool = False) -> torch.Tensor:

@@ -33,8 +33,10 @@ Two evaluation-time switches change attention without retraining:
   is the number of keys it sees (``i + 1``, or at most ``window``): log-n
   scaling (Su, 2021; Chiang & Cholak, 2022).
 
-All attention goes through :func:`posenc.attention`, i.e. PyTorch's
-``scaled_dot_product_attention``.
+All attention goes through :func:`posenc.relative_attention`: PyTorch's
+``scaled_dot_product_attention`` with the position bias given per distance,
+so that no ``(heads, n, n)`` bias is stored and ALiBi runs on the fused
+causal kernel.
 """
 
 from __future__ import annotations
@@ -46,10 +48,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .alibi import alibi_bias
-from .attention import attention
+from .alibi import alibi_slopes
+from .attention import relative_attention
 from .bias import KerpleBias, T5RelativeBias, sandwich_bias
-from .masks import causal_mask, sliding_window_mask
 from .rope import RotaryEmbedding
 from .sinusoidal import sinusoidal_embedding
 from .xpos import XPos
@@ -70,7 +71,6 @@ POSITION_SCHEMES: Tuple[str, ...] = (
     "t5",
 )
 _ABSOLUTE = ("learned", "sinusoidal")  # added to the token embeddings
-_FIXED_BIAS = ("alibi", "sandwich")  # a bias with no parameters
 _LEARNED_BIAS = ("kerple_power", "kerple_log", "t5")  # a bias with parameters
 
 
@@ -98,21 +98,24 @@ class _Attention(nn.Module):
             q, k = ctx["rotate"](q, k)
         if ctx["q_scale"] is not None:  # log-n scaling, (seq, 1) per query position
             q = q * ctx["q_scale"].to(q.dtype)
-        bias = ctx["bias"]
-        if callable(bias):  # a learned bias of this layer (KERPLE)
-            bias = ctx["finish_bias"](bias(t))
+        table = ctx["distance_bias"]
+        if callable(table):  # a learned bias of this layer (KERPLE)
+            table = _distance_table(table(1, t))
+        # a bias per distance (never stored as (heads, t, t)) and the window: pe.relative_attention
+        # picks the fused kernel, ALiBi folded into q and k, or query chunks
         want = ctx["weights"] is not None  # also record the attention weights
-        if bias is not None:  # bias already holds -inf where attending is forbidden
-            y = attention(q, k, v, bias=bias, causal=False, return_weights=want)
-        elif ctx["mask"] is not None:  # sliding window (causal included)
-            y = attention(q, k, v, mask=ctx["mask"], causal=False, return_weights=want)
-        else:
-            y = attention(q, k, v, causal=True, return_weights=want)  # fused causal kernel
+        y = relative_attention(q, k, v, slopes=ctx["slopes"], distance_bias=table, window=ctx["window"],
+                               return_weights=want)
         if want:
             y, w = y
             ctx["weights"].append(w)  # (batch, heads, seq, seq)
         y = y.transpose(1, 2).reshape(b, t, c)  # (batch, seq, d_model)
         return self.drop(self.proj(y))
+
+
+def _distance_table(last_row: torch.Tensor) -> torch.Tensor:
+    """``(heads, 1, n)`` bias of the last query over keys ``0..n-1`` -> ``(heads, n)`` by distance ``0..n-1``."""
+    return last_row[:, 0].flip(-1)
 
 
 class _Block(nn.Module):
@@ -132,7 +135,7 @@ class _Block(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: Dict[str, Any]) -> torch.Tensor:
         if self.kerple is not None:
-            ctx = {**ctx, "bias": self.kerple}
+            ctx = {**ctx, "distance_bias": self.kerple}
         x = x + self.attn(self.ln1(x), ctx)
         return x + self.mlp(self.ln2(x))
 
@@ -255,7 +258,10 @@ class TinyLM(nn.Module):
         self.t5 = (T5RelativeBias(n_heads, t5_num_buckets, t5_max_distance)
                    if position == "t5" else None)
         self._sandwich_dim = sandwich_dim
-        self._cache: Dict[Tuple[str, int, Optional[int], str, torch.dtype], torch.Tensor] = {}
+        # ALiBi's fixed slopes, (n_heads,): moves with the model, not trained, not saved
+        self.register_buffer("alibi_slopes", alibi_slopes(n_heads) if position == "alibi" else None,
+                             persistent=False)
+        self._cache: Dict[Tuple[int, str], torch.Tensor] = {}
 
         self.window = window  # validated by the property setter
         self.train_len = train_len
@@ -355,35 +361,13 @@ class TinyLM(nn.Module):
 
     # ---------------------------------------------------------------- position
 
-    def _allowed(self, t: int, device: torch.device) -> torch.Tensor:
-        """``(seq, seq)`` bool, True = may attend: causal, within the window."""
-        if self.window is not None and self.window < t:
-            return sliding_window_mask(t, window=self.window, device=device)
-        return causal_mask(t, device=device)
-
-    def _finisher(self, t: int, device: torch.device, dtype: torch.dtype):
-        allowed = self._allowed(t, device)
-
-        def finish(bias: torch.Tensor) -> torch.Tensor:
-            # (heads, t, t) -> (1, heads, t, t) with -inf where forbidden. The
-            # leading 1 matters: PyTorch's fused CPU kernel takes a 4-D float
-            # mask, a 3-D one sends SDPA to its slower unfused path.
-            return bias.to(dtype).masked_fill(~allowed, float("-inf"))[None]
-
-        return finish
-
-    def _fixed_bias(self, t: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """ALiBi or Sandwich bias with the mask folded in, cached per length."""
-        window = self.window if self.window is not None and self.window < t else None
-        key = (self.position, t, window, str(device), dtype)
+    def _sandwich_table(self, t: int, device: torch.device) -> torch.Tensor:
+        """Sandwich bias by distance, ``(heads, t)``, cached per length."""
+        key = (t, str(device))
         if key not in self._cache:
             if len(self._cache) >= 8:
                 self._cache.clear()
-            if self.position == "alibi":
-                bias = alibi_bias(self.n_heads, t, device=device)  # (heads, t, t)
-            else:
-                bias = sandwich_bias(self.n_heads, t, dim=self._sandwich_dim, device=device)
-            self._cache[key] = self._finisher(t, device, dtype)(bias)
+            self._cache[key] = _distance_table(sandwich_bias(self.n_heads, 1, t, dim=self._sandwich_dim, device=device))
         return self._cache[key]
 
     def _log_n_scale(self, t: int, device: torch.device) -> Optional[torch.Tensor]:
@@ -398,18 +382,18 @@ class TinyLM(nn.Module):
             return None
         return scale.to(device=device, dtype=torch.float32)[:, None]
 
-    def _context(self, t: int, device: torch.device, dtype: torch.dtype) -> Dict[str, Any]:
+    def _context(self, t: int, device: torch.device) -> Dict[str, Any]:
         """What every attention layer needs to know about positions at length ``t``."""
         ctx: Dict[str, Any] = dict(rotate=self.rope or self.xpos, q_scale=self._log_n_scale(t, device),
-                                   bias=None, mask=None, finish_bias=None, weights=None)
-        if self.position in _FIXED_BIAS:
-            ctx["bias"] = self._fixed_bias(t, device, dtype)
+                                   slopes=None, distance_bias=None, weights=None,
+                                   window=self.window if self.window is not None and self.window < t else None)
+        if self.position == "alibi":
+            ctx["slopes"] = self.alibi_slopes
+        elif self.position == "sandwich":
+            ctx["distance_bias"] = self._sandwich_table(t, device)
         elif self.position == "t5":  # one table shared by all layers
-            ctx["bias"] = self._finisher(t, device, dtype)(self.t5(t))
-        elif self.position in ("kerple_power", "kerple_log"):  # per layer, see _Block
-            ctx["finish_bias"] = self._finisher(t, device, dtype)
-        elif self.window is not None and self.window < t:
-            ctx["mask"] = self._allowed(t, device)
+            ctx["distance_bias"] = _distance_table(self.t5(1, t))
+        # KERPLE: a table per layer, see _Block
         return ctx
 
     # ------------------------------------------------------------------ forward
@@ -445,8 +429,7 @@ class TinyLM(nn.Module):
         elif self.position == "sinusoidal":
             x = x + sinusoidal_embedding(t, self.d_model).to(device=x.device, dtype=x.dtype)
         x = self.drop(x)
-        # biases are built in float32; pe.attention casts them to the dtype of q
-        ctx = self._context(t, x.device, torch.float32)
+        ctx = self._context(t, x.device)
         if return_attention:
             ctx["weights"] = []
         for block in self.blocks:

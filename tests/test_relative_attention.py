@@ -1,0 +1,145 @@
+"""Tests for posenc.relative_attention: every path equals the explicit reference."""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import posenc as pe
+from posenc.attention import _pick_path
+
+H, D = 4, 16
+PATHS = ["fold", "chunked", "flex", "bias", "auto"]
+
+
+def qkv(q_len, k_len=None, batch=2, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    k_len = q_len if k_len is None else k_len
+    q = torch.randn(batch, H, q_len, D, generator=g, dtype=dtype)
+    k = torch.randn(batch, H, k_len, D, generator=g, dtype=dtype)
+    v = torch.randn(batch, H, k_len, D, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def biases(k_len, dtype=torch.float64):
+    table = -torch.rand(H, k_len, generator=torch.Generator().manual_seed(1), dtype=dtype).cumsum(-1)
+    slopes = pe.alibi_slopes(H, dtype=dtype)
+    return {"alibi": dict(slopes=slopes), "table": dict(distance_bias=table), "window": dict(window=37),
+            "all three": dict(slopes=slopes, distance_bias=table, window=50)}
+
+
+def run(path, *args, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager FlexAttention on CPU warns that it is not compiled
+        return pe.relative_attention(*args, path=path, **kw)
+
+
+@pytest.mark.parametrize("q_len,k_len", [(16, 16), (300, 300), (600, 600), (100, 300), (1, 40)])
+@pytest.mark.parametrize("kind", ["alibi", "table", "window", "all three"])
+def test_every_path_equals_the_reference(q_len, k_len, kind):
+    q, k, v = qkv(q_len, k_len)
+    kw = biases(k_len)[kind]
+    ref = run("naive", q, k, v, **kw)
+    for path in PATHS:
+        if path == "fold" and (kind != "alibi" or q_len != k_len):
+            with pytest.raises(ValueError, match="fold"):
+                run(path, q, k, v, **kw)
+            continue
+        if path == "flex" and q_len > 300:
+            continue  # eager FlexAttention on CPU is the slow reference; one size is enough
+        out = run(path, q, k, v, **kw)
+        assert out.shape == (2, H, q_len, D)
+        assert torch.allclose(out, ref, atol=1e-12), (path, (out - ref).abs().max().item())
+
+
+def test_reference_is_attention_with_the_full_bias():
+    """The naive path adds exactly -m (i - j) + b(i - j) on allowed pairs, as pe.attention with the matrix."""
+    q, k, v = qkv(40, 70)
+    slopes = pe.alibi_slopes(H, dtype=torch.float64)
+    table = torch.randn(H, 70, dtype=torch.float64)
+    dist = -pe.relative_positions(40, 70)  # i - j, queries are the last 40 positions
+    full = pe.alibi_bias(slopes, 40, 70) + table[:, dist.clamp(min=0)]
+    mask = (dist >= 0) & (dist < 9)
+    out, w = pe.relative_attention(q, k, v, slopes=slopes, distance_bias=table, window=9, return_weights=True)
+    ref, w_ref = pe.attention(q, k, v, bias=full, mask=mask, causal=False, return_weights=True)
+    assert torch.allclose(w, w_ref, atol=1e-14) and torch.allclose(out, ref, atol=1e-14)
+    assert (w[..., ~mask] == 0).all()
+
+
+def test_no_bias_is_plain_causal_attention():
+    q, k, v = qkv(50)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(pe.relative_attention(q, k, v), ref, atol=1e-14)
+
+
+def test_fold_in_float32_error_is_bounded():
+    """Folding ALiBi into a channel rounds logits of size ~ m n; the error stays near m n 2^-24."""
+    n = 2048
+    q, k, v = qkv(n, batch=1, dtype=torch.float32)
+    slopes = pe.alibi_slopes(H)
+    ref = run("naive", q.double(), k.double(), v.double(), slopes=slopes.double())
+    fold = run("fold", q, k, v, slopes=slopes)
+    err = (fold.double() - ref).abs().max().item()
+    bound = 8 * slopes.max().item() * n * 2.0 ** -24
+    assert err < bound, (err, bound)
+    assert err > 0  # it is float32: not exact
+
+
+@pytest.mark.parametrize("path", ["fold", "chunked"])
+def test_gradients_match_the_reference(path):
+    n = 300
+    q, k, v = (t.requires_grad_() for t in qkv(n, batch=1))
+    table = biases(n)["table"]["distance_bias"].clone().requires_grad_()
+    kw = dict(slopes=pe.alibi_slopes(H, dtype=torch.float64)) if path == "fold" else dict(distance_bias=table)
+    grads = []
+    for p in (path, "naive"):
+        out = run(p, q, k, v, **kw)
+        inputs = (q, k, v) + ((table,) if path == "chunked" else ())
+        grads.append(torch.autograd.grad((out * torch.cos(out)).sum(), inputs))
+    for fast, ref in zip(*grads):
+        assert torch.allclose(fast, ref, atol=1e-10)
+
+
+def test_causal_output_ignores_later_tokens():
+    q, k, v = qkv(400)
+    kw = biases(400)["table"]
+    out = run("chunked", q, k, v, **kw)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 200:] += 5
+    v2[:, :, 200:] -= 3
+    out2 = run("chunked", q, k2, v2, **kw)
+    assert torch.equal(out[:, :, :200], out2[:, :, :200])
+    assert not torch.allclose(out[:, :, 200:], out2[:, :, 200:])
+
+
+def test_auto_path_choice():
+    q, k, _ = qkv(512, dtype=torch.float32)
+    slopes, table = pe.alibi_slopes(H), torch.zeros(H, 512)
+    assert _pick_path(q, k, slopes, None, None) == "fold"
+    assert _pick_path(q.bfloat16(), k.bfloat16(), slopes, None, None) == "chunked"  # fold needs float32/64
+    assert _pick_path(q, k, slopes, None, 64) == "chunked"
+    assert _pick_path(q, k, None, table, None) == "chunked"
+    assert _pick_path(q[:, :, :64], k[:, :, :64], None, table, None) == "bias"
+
+
+def test_bad_inputs():
+    q, k, v = qkv(20)
+    with pytest.raises(ValueError, match="slopes"):
+        pe.relative_attention(q, k, v, slopes=torch.ones(H + 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match="distance_bias covers"):
+        pe.relative_attention(q, k, v, distance_bias=torch.zeros(H, 10, dtype=torch.float64))
+    with pytest.raises(ValueError, match="distance_bias must be"):
+        pe.relative_attention(q, k, v, distance_bias=torch.zeros(H, 3, 20))
+    with pytest.raises(ValueError, match="window"):
+        pe.relative_attention(q, k, v, window=0)
+    with pytest.raises(ValueError, match="path must be one of"):
+        pe.relative_attention(q, k, v, path="fastest")
+    with pytest.raises(ValueError, match="return_weights"):
+        pe.relative_attention(q, k, v, window=3, path="chunked", return_weights=True)
+    with pytest.raises(ValueError, match="q_len"):
+        pe.relative_attention(k[:, :, :5], q[:, :, :3], v[:, :, :3])
+
+
+def test_paths_are_listed():
+    assert set(pe.ATTENTION_PATHS) == {"auto", "fold", "chunked", "flex", "bias", "naive"}
