@@ -277,7 +277,8 @@ def test_module_matches_function_and_caches():
     q, k = torch.randn(2, 2, 20, 16), torch.randn(2, 2, 30, 16)
     qx, kx = mod(q, k)
     qf, kf = xp.apply_xpos(q, k, scale_base=128, interleaved=True)
-    assert torch.equal(qx, qf) and torch.equal(kx, kf)
+    # the module folds the scales into its tables: float32 rounding, not bit equality
+    assert torch.allclose(qx, qf, rtol=1e-6, atol=1e-7) and torch.allclose(kx, kf, rtol=1e-6, atol=1e-7)
     assert mod.tables(30) is mod.tables(30)  # cached
     pos = torch.arange(30) + 7
     assert torch.allclose(mod(q, k, pos)[0], xp.apply_xpos(q, k, pos, scale_base=128,
@@ -334,3 +335,20 @@ def test_blockwise_causal_mask_rejects_bad_block(block):
 def test_blockwise_causal_mask_rejects_bad_lengths():
     with pytest.raises(ValueError):
         xp.blockwise_causal_mask(8, 4, block=2)
+
+
+@pytest.mark.parametrize("n", [64, 4096, 65536])
+def test_module_fast_tables_match_apply_xpos(n):
+    """The module folds the scales into the rotation tables when they are safe in float32, else works in
+    float64; both agree with apply_xpos, and the attention logits stay finite."""
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 2, n, 32, generator=g) for _ in range(2))
+    module = xp.XPos(32)
+    qm, km = module(q, k)
+    qr, kr = xp.apply_xpos(q, k)
+    for fast, ref in ((qm, qr), (km, kr)):  # float32 rounding relative to each row's size
+        assert ((fast - ref).abs() <= 1e-6 * ref.abs().amax(-1, keepdim=True)).all()
+    fused = any(key[0] == "fused" for key in module._cache)
+    assert fused == (n <= 4096)  # at 64k the scales leave float32's safe range
+    logits = qm[0, 0, -4:] @ km[0, 0, -8:].T
+    assert torch.isfinite(logits).all()

@@ -30,7 +30,7 @@ no float64) and cast back to the input dtype at the end.
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -299,7 +299,7 @@ class XPos(nn.Module):
         self.scale_base = scale_base
         self.interleaved = interleaved
         self.centered = centered
-        self._cache: Dict[Tuple[int, str], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._cache: Dict[Tuple[Any, ...], Tuple[torch.Tensor, ...]] = {}
 
     def extra_repr(self) -> str:
         return (
@@ -334,7 +334,35 @@ class XPos(nn.Module):
                 interleaved=self.interleaved, centered=self.centered,
             )
         cos, sin, scale = self.tables(k.shape[-2], k.device)
-        return _apply_tables(q, k, cos, sin, scale, self.interleaved)
+        fused = self._fused_tables(cos, sin, scale, q.dtype) if q.dtype == k.dtype else None
+        if fused is None:  # scales too extreme for q's dtype: work in the tables' float64
+            return _apply_tables(q, k, cos, sin, scale, self.interleaved)
+        q_cos, q_sin, k_cos, k_sin = fused  # (k_len, head_dim) each
+        q_len = q.shape[-2]
+        q_out = q * q_cos[-q_len:] + _rotate_pairs(q, self.interleaved) * q_sin[-q_len:]
+        k_out = k * k_cos + _rotate_pairs(k, self.interleaved) * k_sin
+        return q_out, k_out
+
+    def _fused_tables(self, cos, sin, scale, dtype):
+        """``cos * s, sin * s, cos / s, sin / s`` in ``dtype``, cached, when every factor is safe there.
+
+        Folding the scale into the rotation tables makes xPos cost what RoPE
+        costs: two multiplications and an addition per element, in the input's
+        dtype. Safe means within ``[sqrt(tiny), sqrt(max)]`` of ``dtype`` (no
+        overflow or subnormal in either factor of a logit); at long lengths the
+        float64 path is used instead.
+        """
+        key = ("fused", cos.shape[0], str(cos.device), dtype)
+        if key not in self._cache:
+            info = torch.finfo(dtype)
+            low, high = math.sqrt(info.tiny), math.sqrt(info.max)
+            if not (scale.min() >= low and scale.max() <= high and (1 / scale).min() >= low
+                    and (1 / scale).max() <= high):
+                return None
+            if len(self._cache) >= 16:
+                self._cache.clear()
+            self._cache[key] = tuple(t.to(dtype) for t in (cos * scale, sin * scale, cos / scale, sin / scale))
+        return self._cache[key]
 
 
 def blockwise_causal_mask(

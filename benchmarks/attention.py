@@ -1,0 +1,287 @@
+"""What position costs: attention with each position scheme, relative to fused causal SDPA.
+
+For every scheme and length it measures forward time, forward+backward time
+and peak memory of one multi-head causal attention call (queries and keys
+already projected), each reported as a ratio to
+``scaled_dot_product_attention(q, k, v, is_causal=True)`` measured in the same
+run, plus a naive implementation (explicit scores, mask, softmax) for contrast.
+
+========================  ====================================================
+``causal SDPA``           the baseline: PyTorch's fused causal kernel, no position
+``naive``                 ``softmax(q k^T / sqrt(d) + mask) v`` written out
+``RoPE``, ``xPos``        cached cos/sin (and xPos scales) on q and k, then the baseline
+``ALiBi``                 :func:`posenc.relative_attention` with the slopes (auto path)
+``ALiBi, stored bias``    :func:`posenc.attention` with the ``(heads, n, n)`` bias
+``KERPLE log/power``      :func:`posenc.relative_attention`, learned table per distance
+``Sandwich``, ``T5 bias``     the same with their tables
+``window 512``            :func:`posenc.relative_attention` with ``window=512``
+========================  ====================================================
+
+Memory is the peak of what one call allocates beyond its inputs: from the
+CUDA allocator on a GPU; on a CPU from the peak resident size of a fresh
+process per case (Linux only), so it is approximate (allocator slack).
+
+Usage::
+
+    python benchmarks/attention.py                         # n = 512 ... 8192 (... 32768 on a GPU)
+    python benchmarks/attention.py --lengths 1024 4096 --no-memory
+
+Writes ``benchmarks/results/attention.csv`` (``--out``); the book's appendix
+"What position costs" draws the copies kept in ``benchmarks/measured/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+import posenc as pe
+
+RESULTS = Path(__file__).resolve().parent / "results" / "attention.csv"
+SCHEMES = ("causal SDPA", "naive", "RoPE", "xPos", "ALiBi", "ALiBi, stored bias",
+           "KERPLE log", "KERPLE power", "Sandwich", "T5 bias", "window 512")
+HEADS, HEAD_DIM, BATCH = 8, 64, 1
+
+
+def machine() -> str:
+    """A short description of where this ran."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {torch.get_num_threads()} threads"
+
+
+def make_case(scheme: str, n: int, device: torch.device, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
+    """``fn(q, k, v) -> out`` for one scheme at length ``n``; tables are built (and cached) here, once."""
+    if scheme == "causal SDPA":
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if scheme == "naive":
+        mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+        def naive(q, k, v):
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            return scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        return naive
+    if scheme in ("RoPE", "xPos"):
+        rotate = (pe.RotaryEmbedding(HEAD_DIM) if scheme == "RoPE" else pe.XPos(HEAD_DIM)).to(device)
+
+        def rotated(q, k, v):
+            q, k = rotate(q, k)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return rotated
+    if scheme == "ALiBi":
+        slopes = pe.alibi_slopes(HEADS).to(device)
+        return lambda q, k, v: pe.relative_attention(q, k, v, slopes=slopes)
+    if scheme == "ALiBi, stored bias":
+        bias = pe.alibi_bias(HEADS, n, device=device).to(dtype)
+        return lambda q, k, v: pe.attention(q, k, v, bias=bias)
+    if scheme == "window 512":
+        return lambda q, k, v: pe.relative_attention(q, k, v, window=512)
+    if scheme.startswith("KERPLE"):
+        kernel = pe.KerpleBias(HEADS, kind=scheme.split()[1], generator=torch.Generator().manual_seed(0)).to(device)
+        # learned: the table is rebuilt from r1, r2 at every call, as in training
+        return lambda q, k, v: pe.relative_attention(q, k, v, distance_bias=kernel(1, n)[:, 0].flip(-1).to(dtype))
+    if scheme == "Sandwich":
+        table = pe.sandwich_bias(HEADS, 1, n, dim=HEAD_DIM, device=device)[:, 0].flip(-1).to(dtype)
+        return lambda q, k, v: pe.relative_attention(q, k, v, distance_bias=table)
+    if scheme == "T5 bias":
+        t5 = pe.T5RelativeBias(HEADS, generator=torch.Generator().manual_seed(0)).to(device)
+        return lambda q, k, v: pe.relative_attention(q, k, v, distance_bias=t5(1, n)[:, 0].flip(-1).to(dtype))
+    raise ValueError(f"unknown scheme {scheme!r}; choose from {SCHEMES}")
+
+
+def inputs(n: int, device: torch.device, dtype: torch.dtype, grad: bool):
+    g = torch.Generator().manual_seed(0)
+    q, k, v, dy = (torch.randn(BATCH, HEADS, n, HEAD_DIM, generator=g).to(device, dtype) for _ in range(4))
+    if grad:
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+    return q, k, v, dy
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def seconds(fn: Callable[[], None], device: torch.device) -> float:
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def step(case, q, k, v, dy, backward: bool) -> Callable[[], None]:
+    def forward():
+        with torch.no_grad():
+            case(q, k, v)
+
+    def forward_backward():
+        out = case(q, k, v)
+        out.backward(dy)
+        q.grad = k.grad = v.grad = None
+    return forward_backward if backward else forward
+
+
+def peak_memory_cuda(case, n, device, dtype, backward) -> float:
+    q, k, v, dy = inputs(n, device, dtype, backward)
+    step(case, q, k, v, dy, backward)()  # warm up (tables, compiled kernels)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step(case, q, k, v, dy, backward)()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _memory_case(scheme: str, n: int, backward: bool) -> None:
+    """Child process: print the peak resident memory (MiB) one call adds beyond its inputs."""
+    import resource
+
+    device, dtype = torch.device("cpu"), torch.float32
+    case = make_case(scheme, n, device, dtype)
+    q, k, v, dy = inputs(n, device, dtype, backward)
+    # The first call also loads code and starts threads; the peak of the process
+    # (max over both calls) minus what stays resident after the first call is
+    # what one call needs on top of its inputs.
+    step(case, q, k, v, dy, backward)()
+    base = _rss_mib()
+    step(case, q, k, v, dy, backward)()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(json.dumps(max(0.0, peak - base)))
+
+
+def peak_memory_cpu(scheme: str, n: int, backward: bool) -> Optional[float]:
+    if not Path("/proc/self/statm").exists():
+        return None
+    cmd = [sys.executable, __file__, "--_memory-case", scheme, str(n), str(int(backward))]
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+                        help="sequence lengths (default 512..8192 on CPU, 512..32768 on CUDA)")
+    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES, metavar="SCHEME")
+    parser.add_argument("--repeats", type=int, default=5, help="timings per case (the best is kept)")
+    parser.add_argument("--naive-max", type=int, default=None,
+                        help="skip the naive reference above this length (default 4096 CPU, 16384 CUDA)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--_memory-case", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._memory_case:
+        scheme, n, backward = args._memory_case
+        _memory_case(scheme, int(n), bool(int(backward)))
+        return
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    lengths = args.lengths or ([512, 1024, 2048, 4096, 8192] + ([16384, 32768] if device.type == "cuda" else []))
+    naive_max = args.naive_max or (16384 if device.type == "cuda" else 4096)
+    schemes = ["causal SDPA"] + [s for s in args.schemes if s != "causal SDPA"]
+    where = machine()
+    print(f"{where}; torch {torch.__version__}; {dtype}; batch {BATCH}, {HEADS} heads, head_dim {HEAD_DIM}")
+
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        tqdm = None
+    total = len(lengths) * len(schemes)
+    bar = tqdm(total=total, desc="cases") if tqdm else None
+    rows: List[Dict[str, object]] = []
+    for n in lengths:
+        todo = [s for s in schemes if not (s == "naive" and n > naive_max)]
+        cases = {s: make_case(s, n, device, dtype) for s in todo}
+        best = {(s, b): float("inf") for s in todo for b in (False, True)}
+        for backward in (False, True):
+            q, k, v, dy = inputs(n, device, dtype, backward)
+            steps = {s: step(cases[s], q, k, v, dy, backward) for s in todo}
+            for s in todo:
+                steps[s]()  # warm-up: caches, compiled kernels
+            for _ in range(args.repeats):  # interleaved, so that drifts hit every scheme alike
+                for s in todo:
+                    best[s, backward] = min(best[s, backward], seconds(steps[s], device))
+        for s in todo:
+            row: Dict[str, object] = dict(
+                scheme=s, n=n,
+                forward_ms=round(1e3 * best[s, False], 3), forward_backward_ms=round(1e3 * best[s, True], 3),
+                forward_ratio=round(best[s, False] / best["causal SDPA", False], 4),
+                forward_backward_ratio=round(best[s, True] / best["causal SDPA", True], 4))
+            if not args.no_memory:
+                for backward, key in ((False, "forward_mib"), (True, "forward_backward_mib")):
+                    mib = (peak_memory_cuda(cases[s], n, device, dtype, backward) if device.type == "cuda"
+                           else peak_memory_cpu(s, n, backward))
+                    row[key] = None if mib is None else round(mib, 1)
+            row.update(device=device.type, machine=where, dtype=str(dtype).replace("torch.", ""),
+                       torch=torch.__version__, batch=BATCH, heads=HEADS, head_dim=HEAD_DIM)
+            rows.append(row)
+            if bar:
+                bar.update(1)
+        if bar:
+            bar.update(len(schemes) - len(todo))
+    if bar:
+        bar.close()
+
+    print(f"\n{'forward time / causal SDPA':28s}" + "".join(f"{n:>8d}" for n in lengths))
+    for s in schemes:
+        cells = {r["n"]: r for r in rows if r["scheme"] == s}
+        print(f"{s:28s}" + "".join(f"{cells[n]['forward_ratio']:>8.2f}" if n in cells else f"{'-':>8s}"
+                                   for n in lengths))
+    print(f"\n{'forward+backward / causal':28s}" + "".join(f"{n:>8d}" for n in lengths))
+    for s in schemes:
+        cells = {r["n"]: r for r in rows if r["scheme"] == s}
+        print(f"{s:28s}" + "".join(f"{cells[n]['forward_backward_ratio']:>8.2f}" if n in cells else f"{'-':>8s}"
+                                   for n in lengths))
+    if not args.no_memory:
+        print(f"\n{'forward peak memory (MiB)':28s}" + "".join(f"{n:>8d}" for n in lengths))
+        for s in schemes:
+            cells = {r["n"]: r for r in rows if r["scheme"] == s}
+            print(f"{s:28s}" + "".join(f"{cells[n]['forward_mib']:>8.0f}" if n in cells and cells[n]["forward_mib"]
+                                       is not None else f"{'-':>8s}" for n in lengths))
+    goals = {"ALiBi": 1.15, "RoPE": 1.15, "xPos": 1.15, "KERPLE log": 1.5, "KERPLE power": 1.5, "Sandwich": 1.5}
+    probe = 4096 if 4096 in lengths else max(lengths)
+    print()
+    for s, goal in goals.items():
+        for r in rows:
+            if r["scheme"] == s and r["n"] == probe:
+                ok = "within" if r["forward_ratio"] <= goal else "NOT within"
+                print(f"{s} at n={probe}: forward {r['forward_ratio']:.2f}x causal SDPA ({ok} {goal}x)")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(key for r in rows for key in r))
+    with open(args.out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
