@@ -121,6 +121,7 @@ def test_auto_path_choice():
     assert _pick_path(q, k, slopes, None, 64) == "chunked"
     assert _pick_path(q, k, None, table, None) == "chunked"
     assert _pick_path(q[:, :, :64], k[:, :, :64], None, table, None) == "bias"
+    assert _pick_path(q[:, :, :64], k[:, :, :64], slopes, None, None) == "bias"
 
 
 def test_bad_inputs():

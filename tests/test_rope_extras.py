@@ -268,3 +268,15 @@ def test_rotary_embedding_bad_inputs():
         rope(torch.randn(1, 1, 5, 8), torch.randn(1, 1, 4, 8))
     with pytest.raises(ValueError):
         rope(torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8), positions=torch.arange(5))
+
+
+def test_rotate_stacked_equals_forward():
+    """Rotating q and k stacked in one pass equals rotating them one by one (RoPE and xPos)."""
+    g = torch.Generator().manual_seed(3)
+    qk = torch.randn(2, 2, 3, 40, 16, generator=g)
+    for module in (pe.RotaryEmbedding(16), pe.XPos(16, scale_base=32)):
+        stacked = module.rotate_stacked(qk)
+        q, k = module(qk[0], qk[1])
+        assert torch.allclose(stacked[0], q, atol=1e-6) and torch.allclose(stacked[1], k, atol=1e-6)
+        with pytest.raises(ValueError, match="qk must be"):
+            module.rotate_stacked(qk[:1])

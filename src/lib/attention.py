@@ -327,11 +327,11 @@ def _pick_path(q, k, slopes, distance_bias, window) -> str:
     q_len, k_len = q.shape[2], k.shape[2]
     if q.device.type == "cuda" and _flex_available(q.device) and not _FLEX.get("broken"):
         return "flex"
+    if q_len <= _CHUNK:
+        return "bias"  # the (heads, q, k) bias is small; the other paths' extra copies would cost more
     if (slopes is not None and distance_bias is None and window is None and q_len == k_len
             and q.dtype in (torch.float32, torch.float64)):
         return "fold"
-    if q_len <= _CHUNK:
-        return "bias"  # one call; the (heads, q, k) bias is small
     return "chunked"
 
 
@@ -375,8 +375,8 @@ def relative_attention(
     * ``"bias"``: the bias built in full and passed to SDPA as a float mask.
     * ``"naive"``: explicit scores and softmax (also returns the weights).
 
-    ``"auto"`` picks ``"flex"`` on CUDA when available, else ``"fold"`` when
-    it applies, else ``"bias"`` for up to 256 queries and ``"chunked"`` beyond.
+    ``"auto"`` picks ``"flex"`` on CUDA when available, else ``"bias"`` for up
+    to 256 queries, else ``"fold"`` when it applies and ``"chunked"`` otherwise.
 
     Args:
         q: ``(batch, heads, q_len, head_dim)``; the queries are the last

@@ -92,10 +92,10 @@ class _Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: Dict[str, Any]) -> torch.Tensor:
         b, t, c = x.shape  # (batch, seq, d_model)
-        qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, seq, head_dim)
-        if ctx["rotate"] is not None:  # RoPE or xPos: rotate (and scale) q and k
-            q, k = ctx["rotate"](q, k)
+        qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv  # each (batch, heads, seq, head_dim)
+        if ctx["rotate"] is not None:  # RoPE or xPos: rotate (and scale) q and k, both in one pass
+            q, k = ctx["rotate"].rotate_stacked(qkv[:2])
         if ctx["q_scale"] is not None:  # log-n scaling, (seq, 1) per query position
             q = q * ctx["q_scale"].to(q.dtype)
         table = ctx["distance_bias"]

@@ -475,6 +475,17 @@ class RotaryEmbedding(nn.Module):
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         return x * cos + _rotate_pairs(x, self.interleaved) * sin
 
+    def rotate_stacked(self, qk: torch.Tensor) -> torch.Tensor:
+        """Rotate queries and keys stacked as ``(2, ..., seq, dim)`` (self-attention: equal lengths).
+
+        The same as ``torch.stack(self(qk[0], qk[1]))`` in one pass over both,
+        which saves half of the small element-wise operations of a tiny model.
+        """
+        if qk.ndim < 3 or qk.shape[0] != 2 or qk.shape[-1] != self.dim:
+            raise ValueError(f"qk must be (2, ..., seq, {self.dim}), got {tuple(qk.shape)}")
+        cos, sin = self.cos_sin(qk.shape[-2], qk.device, qk.dtype)
+        return self._rotate(qk, cos, sin)
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -343,6 +343,23 @@ class XPos(nn.Module):
         k_out = k * k_cos + _rotate_pairs(k, self.interleaved) * k_sin
         return q_out, k_out
 
+    def rotate_stacked(self, qk: torch.Tensor) -> torch.Tensor:
+        """Queries and keys stacked as ``(2, ..., seq, head_dim)`` (equal lengths), in one pass.
+
+        The same as ``torch.stack(self(qk[0], qk[1]))``.
+        """
+        if qk.ndim < 3 or qk.shape[0] != 2 or qk.shape[-1] != self.head_dim:
+            raise ValueError(f"qk must be (2, ..., seq, {self.head_dim}), got {tuple(qk.shape)}")
+        cos, sin, scale = self.tables(qk.shape[-2], qk.device)
+        fused = self._fused_tables(cos, sin, scale, qk.dtype)
+        if fused is None:
+            return torch.stack(self(qk[0], qk[1]))
+        q_cos, q_sin, k_cos, k_sin = fused
+        shape = (2,) + (1,) * (qk.ndim - 3) + tuple(q_cos.shape)  # (2, 1.., seq, head_dim)
+        both_cos = torch.stack((q_cos, k_cos)).view(shape)
+        both_sin = torch.stack((q_sin, k_sin)).view(shape)
+        return qk * both_cos + _rotate_pairs(qk, self.interleaved) * both_sin
+
     def _fused_tables(self, cos, sin, scale, dtype):
         """``cos * s, sin * s, cos / s, sin / s`` in ``dtype``, cached, when every factor is safe there.
 
