@@ -19,7 +19,7 @@ is re-exported here; ``posenc.viz`` holds the plotting helpers.
 
 import importlib as _importlib
 
-from . import viz
+from . import exercises, viz
 
 #: The topic modules whose public names are re-exported, in reading order.
 _TOPICS = (
@@ -33,7 +33,7 @@ for _name in _TOPICS:
     for _public in _module.__all__:
         globals()[_public] = getattr(_module, _public)
     __all__ += list(_module.__all__)
-__all__.append("viz")
+__all__ += ["exercises", "viz"]
 del _name, _module, _public
 
 __version__ = "0.1.0"

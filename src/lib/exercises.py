@@ -1,0 +1,588 @@
+"""Answer checkers for the exercises at the end of every chapter.
+
+Exercises whose answer is a number, a few numbers or a function have a checker
+here, named by chapter and number (``"3.1"`` is exercise 1 of chapter 3).
+:func:`check` prints one line and returns ``True`` or ``False``::
+
+    answer = ...  # your answer
+    pe.exercises.check("3.1", answer)    # 3.1: not answered yet (...)
+
+An answer may be a number (integers are compared exactly, other numbers with
+a tolerance chosen per exercise), a tuple or list of numbers, a tensor, or, for
+the exercises that ask for a formula, a *function*: it is then called on
+several inputs and compared with the library. :func:`exercises` lists what each
+checker expects.
+
+The expected values are not stored: they are computed with the library's own
+functions, or from the formula the chapter derives, when :func:`check` runs.
+When an answer is wrong, the checker gives a hint and says whether a number is
+too large or too small, but does not print the expected value.
+
+>>> check("4.1", lambda n: alibi_slopes(n))  # the library's own slopes pass
+✓ 4.1: correct on all 13 test inputs. Extra heads take every other slope of twice as many.
+True
+>>> check("2.3", ...)
+2.3: not answered yet (replace ... by your answer).
+False
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from .alibi import alibi_slopes
+from .attention import log_length_scale
+from .bias import kerple_log_bias, t5_relative_buckets
+from .linear import block_diagonal_mask, linear_attention
+from .masks import relative_positions, sliding_window_mask
+from .rope import (
+    half_split_to_interleaved,
+    rope_decay_bound,
+    rope_frequencies,
+    rope_frequencies_ntk,
+    yarn_attention_factor,
+)
+from .sinusoidal import sinusoidal_period_coverage, sinusoidal_wavelengths
+from .xpos import blockwise_causal_mask, xpos_scales
+
+__all__ = ["check", "exercises"]
+
+
+@dataclass(frozen=True)
+class _Exercise:
+    """One checker: how to compute the expected answer and what to say."""
+
+    title: str                                   # one line, shown by exercises()
+    confirm: str                                 # printed after a right answer
+    hint: str                                    # printed after a wrong one
+    expected: Optional[Callable[[], Any]] = None  # the value to compare with
+    rtol: float = 0.0
+    atol: float = 0.0
+    signature: Optional[str] = None              # e.g. "slow_pairs(base, L, d)"
+    reference: Optional[Callable[..., Any]] = None  # the library's version of it
+    inputs: Optional[Callable[[], List[tuple]]] = None  # argument tuples to try
+    fn_rtol: float = 1e-6
+    fn_atol: float = 1e-9
+
+
+# ---------------------------------------------------------------------------
+# Comparing an answer with the expected value
+# ---------------------------------------------------------------------------
+
+
+def _plain(x: Any) -> Any:
+    """Tensors, arrays, tuples and lists as nested lists of Python scalars."""
+    if isinstance(x, (str, bytes)):
+        return x
+    if isinstance(x, (list, tuple, range)):
+        return [_plain(e) for e in x]
+    if hasattr(x, "tolist") and not callable(x):  # torch tensors, numpy arrays and scalars
+        return _plain(x.tolist())
+    return x
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, Real) and not isinstance(x, bool)
+
+
+def _kind(expected: Any) -> str:
+    """What an answer should look like, in words: 'an integer', '2 numbers', ..."""
+    if isinstance(expected, list):
+        inner = {_kind(e) for e in expected}
+        if inner <= {"an integer", "a number"}:
+            noun = "integer" if inner == {"an integer"} else "number"
+            return f"{len(expected)} {noun}{'' if len(expected) == 1 else 's'}"
+        if len(inner) == 1:
+            return f"{len(expected)} sequences of {inner.pop()}"
+        return f"{len(expected)} values"
+    return "an integer" if isinstance(expected, int) else "a number"
+
+
+def _describe(x: Any) -> str:
+    if callable(x):
+        return "a function"
+    if isinstance(x, list):
+        return f"{len(x)} values"
+    if isinstance(x, bool):
+        return f"the boolean {x}"
+    if _is_number(x):
+        return repr(x)
+    if isinstance(x, str):
+        return f"the text {x[:20]!r}"
+    return f"{'an' if type(x).__name__[0] in 'aeiou' else 'a'} {type(x).__name__}"
+
+
+def _where(path: Tuple[int, ...]) -> str:
+    if not path:
+        return ""
+    return f"entry {path[0]}: " if len(path) == 1 else f"entry {path}: "
+
+
+def _kind_problem(answer: Any, expected: Any, path: Tuple[int, ...] = ()) -> Optional[str]:
+    """What is wrong with the *form* of ``answer`` (length, type), or ``None``."""
+    if isinstance(expected, list):
+        if not isinstance(answer, list) or len(answer) != len(expected):
+            return f"{_where(path)}expected {_kind(expected)}, got {_describe(answer)}"
+        for i, (a, e) in enumerate(zip(answer, expected)):
+            problem = _kind_problem(a, e, path + (i,))
+            if problem is not None:
+                return problem
+        return None
+    if not _is_number(answer):
+        return f"{_where(path)}expected {_kind(expected)}, got {_describe(answer)}"
+    if isinstance(expected, int) and isinstance(answer, float) and not answer.is_integer():
+        return f"{_where(path)}expected an integer, got {answer!r}"
+    return None
+
+
+def _value_problem(answer: Any, expected: Any, rtol: float, atol: float,
+                   path: Tuple[int, ...] = ()) -> Optional[str]:
+    """The first entry of a well-formed ``answer`` that is wrong, or ``None``."""
+    if isinstance(expected, list):
+        for i, (a, e) in enumerate(zip(answer, expected)):
+            problem = _value_problem(a, e, rtol, atol, path + (i,))
+            if problem is not None:
+                return problem
+        return None
+    if math.isnan(answer):
+        return f"{_where(path)}got NaN"
+    if isinstance(expected, int):
+        ok = answer == expected
+    else:
+        ok = math.isclose(answer, expected, rel_tol=rtol, abs_tol=atol)
+    if ok:
+        return None
+    return f"{_where(path)}{answer!r} is too {'large' if answer > expected else 'small'}"
+
+
+def _compare(answer: Any, expected: Any, rtol: float, atol: float) -> Optional[Tuple[bool, str]]:
+    """``None`` when ``answer`` matches, else ``(is_kind_error, message)``."""
+    problem = _kind_problem(answer, expected)
+    if problem is not None:
+        return True, problem
+    problem = _value_problem(answer, expected, rtol, atol)
+    return None if problem is None else (False, problem)
+
+
+def _show(arg: Any) -> str:
+    if isinstance(arg, torch.Tensor):
+        return f"<tensor of shape {tuple(arg.shape)}>"
+    if isinstance(arg, float):
+        return f"{arg:g}"
+    return repr(arg)
+
+
+def _check_function(ex: _Exercise, answer: Callable[..., Any]) -> Tuple[bool, str]:
+    """Call ``answer`` on every input of ``ex`` and compare with the library."""
+    name = ex.signature.split("(")[0]
+    cases = ex.inputs()
+    for args in cases:
+        call = f"{name}({', '.join(_show(a) for a in args)})"
+        expected = _plain(ex.reference(*args))
+        try:
+            got = answer(*args)
+        except Exception as err:  # the student's function failed: report, don't raise
+            return False, f"{call} raised {type(err).__name__}: {err}"
+        problem = _compare(_plain(got), expected, ex.fn_rtol, ex.fn_atol)
+        if problem is not None:
+            return False, f"{call} is wrong ({problem[1]}). Hint: {ex.hint}"
+    return True, f" on all {len(cases)} test inputs"
+
+
+def _expected_in_words(ex: _Exercise) -> str:
+    kinds = []
+    if ex.expected is not None:
+        kinds.append(_kind(_plain(ex.expected())))
+    if ex.signature is not None:
+        kinds.append(f"a function {ex.signature}")
+    return " or ".join(kinds)
+
+
+# ---------------------------------------------------------------------------
+# The expected answers, computed with the library
+# ---------------------------------------------------------------------------
+
+
+def _bfloat16_collision() -> int:
+    # Chapter 1, exercise 2: the marker 1/(i+1) stored in bfloat16.
+    marker = (1 / torch.arange(1, 4000, dtype=torch.float64)).to(torch.bfloat16)
+    return int((marker[1:] == marker[:-1]).nonzero()[0].item())
+
+
+def _far_fraction(L: int, n: int) -> float:
+    # Fraction of the n x n query-key pairs with |i - j| >= L (no mask).
+    return (relative_positions(n).abs() >= L).double().mean().item()
+
+
+def _key_weight(n: int, a: float) -> float:
+    # Softmax weight of one key with logit a among n keys, the others at 0.
+    logits = torch.zeros(n, dtype=torch.float64)
+    logits[0] = a
+    return logits.softmax(0)[0].item()
+
+
+def _turning_pairs(L: int, d: int, base: float) -> int:
+    return int((sinusoidal_period_coverage(L, d, base) == 1).sum())
+
+
+def _slow_pairs(base: float, L: int, d: int) -> int:
+    return int((2 * math.pi / rope_frequencies(d, base) > L).sum())
+
+
+def _ntk_base(d: int, base: float, s: float) -> float:
+    # NTK-aware frequencies are theta_i = b' ** (-2i/d); read b' off pair 1.
+    return rope_frequencies_ntk(d, base, s)[1].item() ** (-d / 2)
+
+
+def _random_weights() -> List[tuple]:
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(out, inp, generator=g, dtype=torch.float64),)
+            for out, inp in [(16, 32), (8, 8), (64, 10), (2, 5)]]
+
+
+def _log_kernel_reach(r2: float, n_keys: int = 200) -> int:
+    # Last distance at which -log(1 + r2 t) is at least 0.9 times -r2 t (r1 = 1).
+    log_k = kerple_log_bias(1.0, r2, 1, n_keys)[0, 0].flip(0)[1:]  # distances 1 .. n_keys-1
+    ok = log_k / (-r2 * torch.arange(1, n_keys)) >= 0.9
+    return int(ok.nonzero().max()) + 1 if ok.any() else 0
+
+
+def _last_bucket_size(n_keys: int) -> int:
+    buckets = t5_relative_buckets(-torch.arange(n_keys), bidirectional=False)
+    return int((buckets == 31).sum())
+
+
+def _xpos_float16_base(L: int = 32768, d: int = 64) -> float:
+    # The largest factor is F(B) = (1/zeta_0) ** (e/B): B * ln F(B) does not depend on B.
+    scales = xpos_scales(torch.arange(L), d, scale_base=4096.0)
+    largest = torch.maximum(scales, 1 / scales).max().item()
+    return 4096.0 * math.log(largest) / math.log(torch.finfo(torch.float16).max)
+
+
+def _alibi_reach(m: float, s: float) -> int:
+    # Largest distance D at which a key with logit s - m D keeps half of the
+    # attention against D other keys with logit 0.
+    D = torch.arange(1, int(s / m) + 2, dtype=torch.float64)
+    weight = 1 / (1 + D * torch.exp(m * D - s))
+    ok = weight >= 0.5
+    return int(D[ok].max().item()) if ok.any() else 0
+
+
+def _gradient_ratio(c: float = 1e-3) -> float:
+    # |grad wrt phi(q)| at c * q divided by the one at q (relu features, eps = 0).
+    g = torch.Generator().manual_seed(0)
+    q, k, v, w = (torch.randn(1, 1, 8, 4, generator=g, dtype=torch.float64) for _ in range(4))
+    norms = []
+    for scale in (1.0, c):
+        qc = (scale * q.abs()).requires_grad_()
+        (linear_attention(qc, k.abs(), v, feature="relu", eps=0.0) * w).sum().backward()
+        norms.append(qc.grad.norm().item())
+    return norms[1] / norms[0]
+
+
+def _diag_fraction(n: int, w: int) -> float:
+    return block_diagonal_mask(n, w).sum().item() / (n * (n + 1) / 2)
+
+
+def _reach_100() -> List[int]:
+    geometric = math.log(100) / alibi_slopes(8, dtype=torch.float64)
+    linear = math.log(100) / (torch.arange(8, 0, -1, dtype=torch.float64) / 8)
+    return [int((geometric > 100).sum()), int((linear > 100).sum())]
+
+
+def _mean_lookback() -> torch.Tensor:
+    # Mean of the geometric weights (1 - r) r^delta, r = e^-m, over a long past.
+    m = alibi_slopes(8, dtype=torch.float64)[:, None]
+    delta = torch.arange(100_000, dtype=torch.float64)
+    weights = -torch.expm1(-m) * torch.exp(-m * delta)
+    return (weights * delta).sum(-1)
+
+
+_EXERCISES: Dict[str, _Exercise] = {
+    # Chapter 1: why position matters
+    "1.2": _Exercise(
+        title="the first position i whose bfloat16 marker 1/(i+1) equals that of i + 1",
+        confirm="From there on, neighbouring positions look the same in bfloat16.",
+        hint="store 1/(i+1) for many i in torch.bfloat16 and compare neighbours.",
+        expected=_bfloat16_collision,
+    ),
+    "1.3": _Exercise(
+        title="fraction of the n^2 pairs with |i - j| >= L, L = 512, n = 2048 "
+              "(a number, or a function f(L, n))",
+        confirm="More than half of the pairs have an offset never seen in training.",
+        hint="count the pairs with i - j >= L and those with j - i >= L; "
+             "pe.relative_positions(n) gives every j - i.",
+        expected=lambda: _far_fraction(512, 2048), atol=1e-4,
+        signature="f(L, n)", reference=_far_fraction,
+        inputs=lambda: [(512, 2048), (4, 10), (1, 7), (3, 3), (5, 6), (100, 250)],
+    ),
+    "1.5": _Exercise(
+        title="a function p(n, a): the attention weight of one key with logit a "
+              "when the other n - 1 keys have logit 0",
+        confirm="With fixed logits the key drowns as n grows; log-n scaling keeps it near 1/2.",
+        hint="it is a softmax over n logits: one equal to a, the others 0.",
+        signature="p(n, a)", reference=_key_weight, fn_rtol=1e-5,
+        inputs=lambda: [(1, 0.0), (2, 0.0), (10, 1.0), (7, -2.5), (512, math.log(512)),
+                        (4096, math.log(512)), (32768, math.log(512)),
+                        (32768, math.log(512) * log_length_scale(32768, 512))],
+    ),
+    # Chapter 2: sinusoidal encoding
+    "2.2": _Exercise(
+        title="the longest wavelength of the sinusoidal encoding, d = 512, base 10000 (positions)",
+        confirm="The slowest pair falls just short of 2π·base, which the table never reaches.",
+        hint="pair i has the wavelength 2π / θ_i; which pair is the slowest, and what is its θ_i?",
+        expected=lambda: sinusoidal_wavelengths(512, 10000.0).max().item(), rtol=1e-3,
+    ),
+    "2.3": _Exercise(
+        title="number of channel pairs completing a full turn within L = 512 positions, "
+              "d = 64, base 10000 (a number, or a function count(L, d, base))",
+        confirm="Half of the 32 pairs never repeat during training.",
+        hint="positions 0 .. L-1 sweep the angles 0 .. (L-1)·θ_i; count the pairs that reach 2π.",
+        expected=lambda: _turning_pairs(512, 64, 10000.0),
+        signature="count(L, d, base)", reference=_turning_pairs,
+        inputs=lambda: [(512, 64, 10000.0), (100, 32, 10000.0), (2048, 128, 10000.0),
+                        (1000, 64, 500000.0), (50, 8, 10.0), (4096, 128, 10000.0),
+                        (512, 512, 10000.0)],
+    ),
+    # Chapter 3: RoPE
+    "3.1": _Exercise(
+        title="RoPE pairs that never complete a turn in L = 8192 tokens, base 500000, d = 128 "
+              "(a number, or a function slow_pairs(base, L, d))",
+        confirm="A larger base slows every pair down, so more pairs stay within one turn.",
+        hint="pair i has the wavelength 2π / θ_i, θ_i = base^(-2i/d); count those longer than L.",
+        expected=lambda: _slow_pairs(500000.0, 8192, 128),
+        signature="slow_pairs(base, L, d)", reference=_slow_pairs,
+        inputs=lambda: [(500000.0, 8192, 128), (10000.0, 4096, 128), (10000.0, 512, 64),
+                        (1e6, 32768, 128), (100.0, 50, 16), (10000.0, 2048, 32)],
+    ),
+    "3.2": _Exercise(
+        title="value of the RoPE decay curve at distance 256 when every pair of d = 128 "
+              "has the frequency 1/100",
+        confirm="The curve stays flat at (d/2 + 1)/2: equal frequencies never cancel.",
+        hint="pass inv_freq=torch.full((64,), 1 / 100) to pe.rope_decay_bound "
+             "and look at the whole curve.",
+        expected=lambda: rope_decay_bound(
+            torch.tensor(256), 128, inv_freq=torch.full((64,), 0.01, dtype=torch.float64)).item(),
+        rtol=1e-3,
+    ),
+    "3.3": _Exercise(
+        title="a function to_inter(W) converting a half-split query or key weight "
+              "(out, in) for interleaved RoPE",
+        confirm="The converted weights give the same scores to rounding error.",
+        hint="the pairs are output channels, the rows of an nn.Linear weight, "
+             "and pe.half_split_to_interleaved permutes the last dimension.",
+        signature="to_inter(W)", reference=lambda W: half_split_to_interleaved(W.T).T,
+        inputs=_random_weights,
+    ),
+    "3.4": _Exercise(
+        title="effective base of dynamic NTK scaling, d = 128, base 10000, L = 4096, n = 10000",
+        confirm="The slowest pair at position n turns exactly as far as it did at L in training.",
+        hint="s = n / L; see how NTK-aware scaling (pe.rope_frequencies_ntk) changes the base.",
+        expected=lambda: _ntk_base(128, 10000.0, 10000 / 4096), rtol=1e-3,
+    ),
+    "3.5": _Exercise(
+        title="YaRN's logit multiplier at s = 16 and at s = 64 (2 numbers)",
+        confirm="The logits get sharper as the context grows, against the growing entropy.",
+        hint="pe.yarn_attention_factor(s) multiplies q and k each, so the logits by its square.",
+        expected=lambda: (yarn_attention_factor(16.0) ** 2, yarn_attention_factor(64.0) ** 2),
+        atol=0.01,
+    ),
+    # Chapter 4: ALiBi
+    "4.1": _Exercise(
+        title="the slopes of a 12-head ALiBi model by the authors' rule, in head order "
+              "(12 numbers, or a function alibi_slopes_for(n))",
+        confirm="Extra heads take every other slope of twice as many.",
+        hint="8 is the largest power of two below 12: 8 heads get the slopes of 8 heads, "
+             "the other 4 come from the slopes of 16 heads.",
+        expected=lambda: alibi_slopes(12, dtype=torch.float64), rtol=1e-4,
+        signature="alibi_slopes_for(n)",
+        reference=lambda n: alibi_slopes(n, dtype=torch.float64), fn_rtol=1e-6,
+        inputs=lambda: [(n,) for n in (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32)],
+    ),
+    "4.2": _Exercise(
+        title="the distance at which each head of an 8-head ALiBi model halves its weight "
+              "relative to the diagonal (8 numbers, unrounded)",
+        confirm="The steepest head halves in under two tokens, the gentlest only after 177.",
+        hint="with identical keys the weight ratio at distance δ is e^(-m_h δ).",
+        expected=lambda: math.log(2) / alibi_slopes(8, dtype=torch.float64), rtol=1e-2,
+    ),
+    "4.3": _Exercise(
+        title="how many of 8 heads see past 100 tokens (reach ln 100 / m): geometric slopes, "
+              "then evenly spaced slopes 1, 7/8, ..., 1/8 (2 integers)",
+        confirm="A geometric sequence spreads the heads evenly over scales.",
+        hint="compute ln 100 / m for every slope of each set.",
+        expected=_reach_100,
+    ),
+    "4.4": _Exercise(
+        title="the slope of a 1-head ALiBi model, and the weight (relative to the diagonal) "
+              "of a key 511 tokens back (2 numbers)",
+        confirm="A single head is only mildly local.",
+        hint="apply the slope rule with n = 1; with identical keys the weight ratio at "
+             "distance δ is e^(-m δ).",
+        expected=lambda: (alibi_slopes(1, dtype=torch.float64).item(),
+                          math.exp(-511 * alibi_slopes(1, dtype=torch.float64).item())),
+        rtol=1e-2,
+    ),
+    "4.5": _Exercise(
+        title="the mean distance each head of an 8-head ALiBi model looks back "
+              "over an unbounded past of identical keys (8 numbers)",
+        confirm="About 1/m - 1/2 tokens: close to 1/m for small slopes.",
+        hint="the weights are (1 - r) r^δ with r = e^(-m); sum δ times the weight over δ >= 0.",
+        expected=_mean_lookback, rtol=1e-2,
+    ),
+    # Chapter 5: KERPLE, Sandwich, T5
+    "5.1": _Exercise(
+        title="the last distance at which the log kernel (r1 = 1) is within 10 % of the line "
+              "-r2 |m - n|, for r2 = 0.01 and r2 = 0.5 (2 integers, 0 if no distance qualifies)",
+        confirm="The smaller r2, the longer the log kernel behaves like ALiBi before it bends.",
+        hint="'within 10 %' means kernel / line >= 0.9; pe.kerple_log_bias(1.0, r2, 1, n) "
+             "gives the kernel at distances n-1 .. 0.",
+        expected=lambda: (_log_kernel_reach(0.01), _log_kernel_reach(0.5)),
+    ),
+    "5.2": _Exercise(
+        title="keys in bucket 31 for the last query of a causal T5 model, with 512 keys "
+              "and with 4096 keys (2 integers)",
+        confirm="The table gives all of them the same bias: position cannot tell them apart.",
+        hint="bucket 31 holds every distance from some threshold on; "
+             "find it with pe.t5_relative_buckets.",
+        expected=lambda: (_last_bucket_size(512), _last_bucket_size(4096)),
+    ),
+    # Chapter 6: xPos
+    "6.2": _Exercise(
+        title="the smallest xPos scale base B (gamma = 0.4, centred) whose factors stay below "
+              "the float16 maximum for 32,768 tokens",
+        confirm="The paper's B = 512 overflows float16 at this length; B = 2048 fits.",
+        hint="the largest factor is 1/ζ_0 raised to the largest exponent (pos - c)/B; "
+             "set it equal to torch.finfo(torch.float16).max and solve for B.",
+        expected=_xpos_float16_base, rtol=1e-3,
+    ),
+    "6.4": _Exercise(
+        title="keys seen by each of 32 queries under BCA with w = 4, then under a causal "
+              "window of 2w (2 sequences of 32 integers)",
+        confirm="The window sees 2w keys once it is full; BCA restarts at every block boundary.",
+        hint="count the allowed keys in each row of pe.blockwise_causal_mask and "
+             "pe.sliding_window_mask.",
+        expected=lambda: (blockwise_causal_mask(32, block=4).sum(-1),
+                          sliding_window_mask(32, window=8).sum(-1)),
+    ),
+    # Chapter 7: local attention
+    "7.4": _Exercise(
+        title="the largest distance D at which an ALiBi key with logit s = 10 keeps half of "
+              "the attention, m = 2^-8, n = D + 1 (a number, or a function reach(m, s))",
+        confirm="Reach is a number of tokens set by the slope and the logit, not a multiple of L.",
+        hint="write the key's weight against D other keys with logit 0 and ask when it is "
+             "at least 1/2.",
+        expected=lambda: _alibi_reach(2.0 ** -8, 10.0),
+        signature="reach(m, s)", reference=_alibi_reach,
+        inputs=lambda: [(2.0 ** -8, 10.0), (2.0 ** -4, 8.0), (0.5, 5.0),
+                        (2.0 ** -6, 12.0), (2.0 ** -1, 1.0), (1e-4, 3.0)],
+    ),
+    # Chapter 8: linear attention
+    "8.1": _Exercise(
+        title="gradient norm of normalised linear attention with respect to φ(q) at c = 1e-3, "
+              "divided by the one at c = 1 (feature='relu', eps = 0)",
+        confirm="The output ignores the scale of φ(q), so its gradient grows like 1/c.",
+        hint="differentiate f(c x) = f(x) with respect to x.",
+        expected=_gradient_ratio, rtol=1e-3,
+    ),
+    "8.2": _Exercise(
+        title="numbers held by the linear-attention state (S and z) for d = e = 64, "
+              "and by a key-value cache at n = 4096 (2 integers, per head)",
+        confirm="The state has the same size at every length; the cache grows with n.",
+        hint="S is d × e and z has d entries; a cache keeps a key and a value for every token.",
+        # The state of the recurrence S_i = S_(i-1) + phi(k_i) v_i^T, z_i = z_(i-1) + phi(k_i).
+        expected=lambda: (64 * 64 + 64, 4096 * (64 + 64)),
+    ),
+    "8.3": _Exercise(
+        title="fraction of the n(n+1)/2 causal pairs that DiagAttention keeps, n = 1024, "
+              "w = 16, 64, 256 (3 numbers, or a function kept(n, w))",
+        confirm="DiagAttention keeps a fraction that grows like w / n: cheap, and only local.",
+        hint="each of the n/w blocks keeps the causal pairs inside it.",
+        expected=lambda: [_diag_fraction(1024, w) for w in (16, 64, 256)], rtol=3e-2,
+        signature="kept(n, w)", reference=_diag_fraction,
+        inputs=lambda: [(1024, 16), (1024, 64), (1024, 256), (12, 3), (8, 8), (6, 1), (100, 10)],
+    ),
+}
+
+
+def _lookup(exercise: Any) -> _Exercise:
+    if not isinstance(exercise, str) or exercise not in _EXERCISES:
+        raise ValueError(
+            f"unknown exercise {exercise!r}: give 'chapter.number' as a string, "
+            f"one of {', '.join(_EXERCISES)}"
+        )
+    return _EXERCISES[exercise]
+
+
+def exercises(chapter: Optional[int] = None) -> Dict[str, str]:
+    """The exercises that have a checker, with what each one expects.
+
+    Args:
+        chapter: only this chapter's exercises (default: all).
+
+    Returns:
+        dict from exercise id (``"chapter.number"``) to a one-line description,
+        in reading order.
+
+    >>> for key, title in exercises(chapter=8).items():
+    ...     print(key, title[:40])
+    8.1 gradient norm of normalised linear atten
+    8.2 numbers held by the linear-attention sta
+    8.3 fraction of the n(n+1)/2 causal pairs th
+    """
+    return {key: ex.title for key, ex in _EXERCISES.items()
+            if chapter is None or key.split(".")[0] == str(chapter)}
+
+
+def check(exercise: str, answer: Any) -> bool:
+    """Check an answer to an exercise and print one line saying how it went.
+
+    Args:
+        exercise: ``"chapter.number"``, e.g. ``"3.1"`` (see :func:`exercises`).
+        answer: a number, a tuple or list of numbers, a tensor, or a function,
+            as the exercise asks. ``...`` or ``None`` means "not answered yet".
+            A function is called on several inputs and compared with the
+            library; its exceptions are reported, not raised.
+
+    Returns:
+        ``True`` for a right answer, ``False`` otherwise (also when not answered).
+
+    Raises:
+        ValueError: for an unknown exercise id.
+
+    >>> check("3.1", "many")
+    ✗ 3.1: expected an integer, got the text 'many' (or a function slow_pairs(base, L, d))
+    False
+    >>> check("8.3", lambda n, w: w / n)
+    ✗ 8.3: kept(1024, 16) is wrong (0.015625 is too small).
+    Hint: each of the n/w blocks keeps the causal pairs inside it.
+    False
+    """
+    ex = _lookup(exercise)
+    if answer is None or answer is Ellipsis:
+        print(f"{exercise}: not answered yet (replace ... by your answer).")
+        return False
+    if callable(answer) and not isinstance(answer, torch.Tensor):
+        if ex.signature is None:
+            ok, message = False, f"expected {_expected_in_words(ex)}, got a function"
+        else:
+            ok, message = _check_function(ex, answer)
+    elif ex.expected is None:
+        ok, message = False, f"expected {_expected_in_words(ex)}, got {_describe(_plain(answer))}"
+    else:
+        problem = _compare(_plain(answer), _plain(ex.expected()), ex.rtol, ex.atol)
+        if problem is None:
+            ok, message = True, ""
+        elif problem[0]:  # not the right kind of answer
+            ok, message = False, problem[1]
+            if ex.signature is not None and message.startswith("expected"):
+                message += f" (or a function {ex.signature})"
+        else:
+            ok, message = False, f"{problem[1]}. Hint: {ex.hint}"
+    print(f"✓ {exercise}: correct{message}. {ex.confirm}" if ok else f"✗ {exercise}: {message}")
+    return ok

@@ -1,0 +1,260 @@
+"""Exercise checkers: right answers pass, wrong ones fail, unanswered ones say so.
+
+The right answers are computed here as the chapters' solution cells compute
+them, independently of the checkers.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import posenc as pe
+from posenc.exercises import check, exercises
+
+
+def _first_bfloat16_collision():
+    stored = (1 / torch.arange(1, 2000, dtype=torch.float64)).to(torch.bfloat16)
+    return (stored[1:] == stored[:-1]).nonzero()[0].item()
+
+
+def _slow_pairs(base, L, d=128):
+    return (2 * torch.pi / pe.rope_frequencies(d, base) > L).sum().item()
+
+
+def _to_inter(W):
+    return pe.half_split_to_interleaved(W.T).T
+
+
+def _log_kernel_last(r2, n_keys=200):
+    log_k = pe.kerple_log_bias(1.0, r2, 1, n_keys)[0, 0].flip(0)[1:]
+    ok = log_k / (-r2 * torch.arange(1, n_keys)) >= 0.9
+    return int(ok.nonzero().max()) + 1 if ok.any() else 0
+
+
+def _bucket_31(n_keys):
+    b = pe.t5_relative_buckets(-torch.arange(n_keys), bidirectional=False)
+    return (b == 31).sum().item()
+
+
+def _reach(m, s):
+    return max(d for d in range(1, 100_000) if m * d + math.log(d) <= s)
+
+
+def _gradient_ratio():
+    q, k, v = torch.randn(3, 1, 1, 8, 4, dtype=torch.float64)
+    g = torch.randn(1, 1, 8, 4, dtype=torch.float64)
+    norms = []
+    for c in (1.0, 1e-3):
+        qc = (c * q.abs()).requires_grad_()
+        (pe.linear_attention(qc, k.abs(), v, feature="relu", eps=0.0) * g).sum().backward()
+        norms.append(qc.grad.norm().item())
+    return norms[1] / norms[0]
+
+
+def _authors_slopes(n):
+    """ALiBi slopes written from the paper's rule, as a student would."""
+    def power_of_two(p):
+        return [2 ** (-8 * (h + 1) / p) for h in range(p)]
+    p = 2 ** math.floor(math.log2(n))
+    return power_of_two(p) + power_of_two(2 * p)[0::2][: n - p]
+
+
+def _turning_pairs(L, d, base):
+    return math.floor(d / 2 * math.log((L - 1) / (2 * math.pi), base)) + 1
+
+
+def _yarn2(s):
+    return pe.yarn_attention_factor(float(s)) ** 2
+
+
+_slopes8 = pe.alibi_slopes(8, dtype=torch.float64)
+_geometric_reach = math.log(100) / _slopes8
+_linear_reach = math.log(100) / torch.arange(8, 0, -1, dtype=torch.float64) * 8
+_m1 = pe.alibi_slopes(1, dtype=torch.float64).item()
+_bca = pe.blockwise_causal_mask(32, block=4).sum(-1)
+_window = pe.sliding_window_mask(32, window=8).sum(-1)
+_xpos_limit = 32768 / 2 * math.log(1.4 / 0.4) / math.log(torch.finfo(torch.float16).max)
+_ntk_s = 10000 / 4096
+
+#: exercise -> (right value answers, wrong value answers)
+VALUES = {
+    "1.2": ([_first_bfloat16_collision()], [_first_bfloat16_collision() + 1, 188]),
+    "1.3": ([(2048 - 512) * (2048 - 512 + 1) / 2048 ** 2,
+             (pe.relative_positions(2048).abs() >= 512).double().mean().item(), 0.5628],
+            [(1 - 512 / 2048) ** 2, 1536 * 1536 / 2048 ** 2]),
+    "2.2": ([pe.sinusoidal_wavelengths(512, 10000.0).max(), 2 * math.pi * 1e4 ** (510 / 512), 60611],
+            [2 * math.pi * 1e4, 2 * math.pi * 1e4 ** (508 / 512)]),
+    "2.3": ([_turning_pairs(512, 64, 10000.0),
+             int((pe.sinusoidal_period_coverage(512, 64, 10000.0) == 1).sum())], [15, 17]),
+    "3.1": ([_slow_pairs(500000.0, 8192), torch.tensor(29), np.int64(29)], [28, 30, 18]),
+    "3.2": ([pe.rope_decay_bound(torch.arange(257), 128,
+                                 inv_freq=torch.full((64,), 1 / 100, dtype=torch.float64))[256],
+             (128 / 2 + 1) / 2], [32.0, 0.0]),
+    "3.4": ([10000.0 * _ntk_s ** (128 / 126), 24760], [10000.0 * _ntk_s, 10000.0 * _ntk_s ** 2]),
+    "3.5": ([(_yarn2(16), _yarn2(64)), [1.63, 2.0], torch.tensor([1.631, 2.005])],
+            [(pe.yarn_attention_factor(16.0), pe.yarn_attention_factor(64.0)), (_yarn2(64), _yarn2(16)),
+             (_yarn2(16),)]),
+    "4.1": ([pe.alibi_slopes(12, dtype=torch.float64), _authors_slopes(12)],
+            [[2 ** (-8 * h / 12) for h in range(1, 13)], sorted(_authors_slopes(12), reverse=True)]),
+    "4.2": ([math.log(2) / _slopes8, [1.39, 2.77, 5.55, 11.1, 22.2, 44.4, 88.7, 177.4]],
+            [(math.log(2) / _slopes8).ceil(), 1 / _slopes8]),
+    "4.3": ([((_geometric_reach > 100).sum().item(), (_linear_reach > 100).sum().item())],
+            [(4, 1), (3, 0), (5, 0)]),
+    "4.4": ([(_m1, math.exp(-511 * _m1)), (1 / 256, 0.136)],
+            [(1 / 16, math.exp(-511 / 16)), (1 / 256, math.exp(-512 / 16))]),
+    "4.5": ([1 / torch.expm1(_slopes8)], [1 / _slopes8, 1 / _slopes8 - 1]),
+    "5.1": ([(_log_kernel_last(0.01), _log_kernel_last(0.5)), [23, 0]], [(22, 0), (23, 1), (24, 0)]),
+    "5.2": ([(_bucket_31(512), _bucket_31(4096))], [(400, 3984), (3983, 399)]),
+    "6.2": ([_xpos_limit, 1851], [2048, 512, 1900]),
+    "6.4": ([(_bca, _window), (_bca.tolist(), _window.tolist())],
+            [(_window, _bca), (_bca, _bca), (_bca[:-1], _window)]),
+    "7.4": ([_reach(2 ** -8, 10.0)], [_reach(2 ** -8, 10.0) + 1, _reach(2 ** -8, 10.0) - 1]),
+    "8.1": ([_gradient_ratio(), 1000], [1e-3, 1e6, 100]),
+    "8.2": ([(64 * 64 + 64, 4096 * 2 * 64)], [(64 * 64, 4096 * 2 * 64), (64 * 64 + 64, 4096 * 64)]),
+    "8.3": ([[pe.block_diagonal_mask(1024, w).sum().item() / (1024 * 1025 / 2) for w in (16, 64, 256)],
+             [0.0166, 0.0634, 0.2507], [0.017, 0.063, 0.25]],
+            [[w / 1024 for w in (16, 64, 256)], [1.7, 6.3, 25.1]]),
+}
+
+#: exercise -> (right function answers, wrong function answers)
+FUNCTIONS = {
+    "1.3": ([lambda L, n: (n - L) * (n - L + 1) / n ** 2],
+            [lambda L, n: (1 - L / n) ** 2, lambda L, n: (n - L) ** 2 / n ** 2]),
+    "1.5": ([lambda n, a: math.exp(a) / (math.exp(a) + n - 1),
+             lambda n, a: torch.tensor([a] + [0.0] * (n - 1)).softmax(0)[0]],
+            [lambda n, a: math.exp(a) / (math.exp(a) + n), lambda n, a: 1 / n]),
+    "2.3": ([_turning_pairs], [lambda L, d, base: _turning_pairs(L, d, base) - 1,
+                               lambda L, d, base: math.floor(d / 2 * math.log(L / (2 * math.pi), base))]),
+    "3.1": ([_slow_pairs, lambda base, L, d: int((2 * math.pi * base ** (torch.arange(0, d, 2) / d) > L).sum())],
+            [lambda base, L, d: _slow_pairs(base, L, d) + 1,
+             lambda base, L, d: int((2 * math.pi * base ** (torch.arange(d // 2) / d) > L).sum())]),
+    "3.3": ([_to_inter], [lambda W: pe.interleaved_to_half_split(W.T).T, lambda W: W]),
+    "4.1": ([_authors_slopes, lambda n: pe.alibi_slopes(n)],
+            [lambda n: [2 ** (-8 * h / n) for h in range(1, n + 1)],
+             lambda n: _authors_slopes(n + 1)[:n]]),
+    "7.4": ([_reach], [lambda m, s: _reach(m, s) + 1, lambda m, s: int(s / m)]),
+    "8.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
+}
+
+
+def _ids(table):
+    return [(key, i) for key, (answers, _) in table.items() for i in range(len(answers))]
+
+
+def test_every_exercise_is_tested():
+    assert set(exercises()) == set(VALUES) | set(FUNCTIONS)
+
+
+def test_exercises_lists_one_line_each_in_order():
+    listing = exercises()
+    assert list(listing) == sorted(listing, key=lambda k: tuple(map(int, k.split("."))))
+    assert all(title and "\n" not in title for title in listing.values())
+    assert list(exercises(chapter=3)) == ["3.1", "3.2", "3.3", "3.4", "3.5"]
+    assert exercises(chapter=9) == {}
+
+
+def test_published_alibi_slopes():
+    # Press et al.: 8 heads get exactly 1/2, 1/4, ..., 1/256.
+    assert check("4.1", lambda n: pe.alibi_slopes(n))
+    assert pe.alibi_slopes(8, dtype=torch.float64).tolist() == [2.0 ** -h for h in range(1, 9)]
+
+
+@pytest.mark.parametrize("key", sorted(VALUES))
+def test_right_values_pass(key, capsys):
+    for answer in VALUES[key][0]:
+        assert check(key, answer) is True, answer
+        out = capsys.readouterr().out
+        assert out.startswith(f"✓ {key}: correct") and out.count("\n") == 1
+
+
+@pytest.mark.parametrize("key", sorted(VALUES))
+def test_wrong_values_fail(key, capsys):
+    for answer in VALUES[key][1]:
+        assert check(key, answer) is False, answer
+        out = capsys.readouterr().out
+        assert out.startswith(f"✗ {key}:") and out.count("\n") == 1
+
+
+@pytest.mark.parametrize("key", sorted(FUNCTIONS))
+def test_right_functions_pass(key, capsys):
+    for answer in FUNCTIONS[key][0]:
+        assert check(key, answer) is True
+        assert "test inputs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("key", sorted(FUNCTIONS))
+def test_wrong_functions_fail(key, capsys):
+    for answer in FUNCTIONS[key][1]:
+        assert check(key, answer) is False
+        assert capsys.readouterr().out.startswith(f"✗ {key}:")
+
+
+@pytest.mark.parametrize("key", sorted(exercises()))
+@pytest.mark.parametrize("answer", [..., None])
+def test_not_answered_yet(key, answer, capsys):
+    assert check(key, answer) is False
+    assert capsys.readouterr().out == f"{key}: not answered yet (replace ... by your answer).\n"
+
+
+@pytest.mark.parametrize("key", sorted(exercises()))
+def test_answers_of_the_wrong_kind_fail_without_raising(key, capsys):
+    for answer in ["29", True, {"a": 1}, [1, 2, 3, 4, 5]]:
+        assert check(key, answer) is False
+        assert "expected" in capsys.readouterr().out
+
+
+def test_integers_are_exact_and_kinds_are_named(capsys):
+    right = _slow_pairs(500000.0, 8192)
+    assert check("3.1", float(right))
+    assert not check("3.1", right + 0.5)
+    assert not check("3.1", right + 1e-9)
+    capsys.readouterr()
+    assert not check("3.1", "29")
+    assert "expected an integer" in capsys.readouterr().out
+    assert not check("6.4", ([1] * 32, [1] * 31))
+    assert "32 integers" in capsys.readouterr().out
+    assert not check("3.3", 29)
+    assert "a function to_inter(W)" in capsys.readouterr().out
+
+
+def test_wrong_answers_do_not_reveal_the_expected_value(capsys):
+    for key, wrong in [("3.1", 30), ("5.2", (400, 3984)), ("7.4", 1000), ("1.2", 100)]:
+        check(key, wrong)
+        out = capsys.readouterr().out
+        right = VALUES[key][0][0]
+        for value in (right if isinstance(right, tuple) else (right,)):
+            assert str(value) not in out, out
+        assert "Hint:" in out and ("too large" in out or "too small" in out)
+
+
+def test_functions_that_raise_or_return_nonsense_fail_without_raising(capsys):
+    def broken(base, L, d):
+        raise RuntimeError("not yet")
+    assert not check("3.1", broken)
+    assert "raised RuntimeError: not yet" in capsys.readouterr().out
+    assert not check("3.1", lambda base: 0)                     # wrong number of arguments
+    assert "raised TypeError" in capsys.readouterr().out
+    assert not check("3.3", lambda W: pe.half_split_to_interleaved(W))  # odd input width raises
+    assert not check("8.3", lambda n, w: None)
+    assert not check("8.3", lambda n, w: float("nan"))
+    assert not check("2.2", lambda: 60611)                      # a number was asked for
+    assert not check("1.5", 0.5)                                # a function was asked for
+
+
+def test_nan_and_infinity_fail():
+    assert not check("2.2", float("nan"))
+    assert not check("2.2", float("inf"))
+    assert not check("3.5", (float("nan"), 2.0))
+
+
+@pytest.mark.parametrize("bad", ["9.9", "3", "3.10", "", 3.1, None])
+def test_unknown_exercise_raises(bad):
+    with pytest.raises(ValueError, match=r"unknown exercise .*1\.2, 1\.3"):
+        check(bad, 1)
+
+
+def test_registered_as_submodule():
+    assert pe.exercises.check is check
+    assert "exercises" in pe.__all__ and "check" not in pe.__all__
