@@ -35,6 +35,21 @@ def _set_paths(app, config) -> None:
     config.nb_execution_cache_path = str(cache.with_name(f"{cache.name}-{mode}"))
 
 
+JUPYTER_BOOK_DEFAULT_REPOSITORY = "https://github.com/executablebooks/jupyter-book"
+
+
+def _colab_button(app, config) -> None:
+    # A Colab launch button needs the book's own repository: without one, Jupyter
+    # Book would link every chapter to its own project. Show it only when set.
+    options = dict(config.html_theme_options or {})
+    url = str(options.get("repository_url") or "").rstrip("/")
+    launch = dict(options.get("launch_buttons") or {})
+    has_repository = bool(url) and url != JUPYTER_BOOK_DEFAULT_REPOSITORY
+    launch["colab_url"] = "https://colab.research.google.com" if has_repository else ""
+    options["launch_buttons"] = launch
+    config.html_theme_options = options
+
+
 def _copy_assets(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -66,6 +81,7 @@ def setup(app):
         if not path.exists():
             raise RuntimeError(f"offline asset missing: {path}; reinstall requirements.txt")
     app.connect("config-inited", _set_paths)
+    app.connect("config-inited", _colab_button)
     app.add_js_file(f"{VENDOR}/plotly.min.js", priority=100)
     app.connect("build-finished", _copy_assets)
     app.connect("html-page-context", _dedupe_scripts, priority=900)

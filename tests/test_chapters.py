@@ -1,0 +1,52 @@
+"""The chapter notebooks as files: clean, complete, and installing the library where it is missing."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("install_cells", ROOT / "book" / "install_cells.py")
+install_cells = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(install_cells)
+
+CHAPTERS = install_cells.chapters()
+
+
+def test_every_chapter_notebook_is_in_the_table_of_contents():
+    on_disk = sorted(p.name for p in (ROOT / "chapters").glob("*.ipynb"))
+    assert sorted(p.name for p in CHAPTERS) == on_disk
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_is_stored_clean_and_has_exercises(path):
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None, "stored with outputs"
+    text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert text.lstrip().startswith("# "), "a chapter starts with its title"
+    assert "## Exercises" in text and ":class: dropdown" in text, "exercises with hidden solutions"
+
+
+def test_install_cells_match_the_configured_repository():
+    """The first code cell of every chapter imports posenc through the block _config.yml's URL gives."""
+    block = install_cells.install_block(install_cells.repository_url())
+    for path in CHAPTERS:
+        cells = json.loads(path.read_text())["cells"]
+        source = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+        assert block in source, f"{path.name}: run `python book/install_cells.py`"
+
+
+def test_install_block_round_trip():
+    """Switching the URL rewrites the block in place, and a plain import is upgraded."""
+    plain = "import torch\nimport posenc as pe\n\ntorch.manual_seed(0)"
+    with_url = install_cells.updated(plain, install_cells.install_block("https://example.org/book"))
+    assert '%pip install --quiet "posenc @ git+https://example.org/book"' in with_url
+    assert with_url.endswith("\n\ntorch.manual_seed(0)") and with_url.startswith("import torch\ntry:")
+    without = install_cells.updated(with_url, install_cells.install_block(""))
+    assert "%pip" not in without and "pip install -e ." in without
+    assert install_cells.updated(without, install_cells.install_block("https://example.org/book")) == with_url
+    with pytest.raises(ValueError, match="does not import posenc"):
+        install_cells.updated("import torch", install_cells.install_block(""))
