@@ -34,3 +34,26 @@ def test_every_module_all_is_reexported():
         for name in getattr(module, "__all__", []):
             if module.__name__ not in ("posenc.viz", "posenc.exercises"):
                 assert getattr(pe, name) is getattr(module, name), name
+
+
+def test_top_level_all_is_exactly_the_modules_public_names():
+    """posenc.__all__ lists every topic module's names once, plus the two submodules; nothing else."""
+    topics = [m for m in MODULES if m.__name__ not in ("posenc.viz", "posenc.exercises")]
+    expected = {name for m in topics for name in m.__all__} | {"exercises", "viz"}
+    assert len(pe.__all__) == len(set(pe.__all__)), "a name is listed twice"
+    assert set(pe.__all__) == expected
+
+
+def test_api_reference_documents_every_module():
+    """book/api.md has an automodule section for every public module (so for every name in __all__)."""
+    from pathlib import Path
+
+    api = (Path(__file__).resolve().parents[1] / "book" / "api.md").read_text()
+    for module in MODULES:
+        assert f".. automodule:: {module.__name__}\n" in api, module.__name__
+
+
+def test_package_is_typed():
+    from pathlib import Path
+
+    assert (Path(pe.__file__).parent / "py.typed").exists()

@@ -14,26 +14,216 @@ Conventions: tensors are ``(batch, heads, seq, head_dim)``; biases are
 ``k_len > q_len`` the queries are the last ``q_len`` key positions.
 
 Every public name of the topic modules (``posenc.rope``, ``posenc.alibi``, ...)
-is re-exported here; ``posenc.viz`` holds the plotting helpers.
+is re-exported here, explicitly, so that editors and type checkers see them;
+``posenc.viz`` holds the plotting helpers and ``posenc.exercises`` the answer
+checkers of the chapters' exercises.
 """
 
-import importlib as _importlib
-
 from . import exercises, viz
-
-#: The topic modules whose public names are re-exported, in reading order.
-_TOPICS = (
-    "sinusoidal", "rope", "alibi", "bias", "xpos", "masks", "attention",
-    "linear", "model", "data", "train", "runtime",
+from .sinusoidal import (
+    sinusoidal_frequencies,
+    sinusoidal_embedding,
+    sinusoidal_similarity,
+    sinusoidal_wavelengths,
+    sinusoidal_shift_matrix,
+    sinusoidal_period_coverage,
+    sinusoidal_nearest_distance,
+    SinusoidalPositionalEmbedding,
+)
+from .rope import (
+    rope_frequencies,
+    rope_angles,
+    rope_cos_sin,
+    apply_rope,
+    rope_rotation_matrix,
+    interleaved_to_half_split,
+    half_split_to_interleaved,
+    rope_frequencies_interpolated,
+    rope_frequencies_ntk,
+    rope_frequencies_yarn,
+    yarn_attention_factor,
+    rope_decay_bound,
+    RotaryEmbedding,
+)
+from .alibi import (
+    alibi_slopes,
+    alibi_bias,
+)
+from .bias import (
+    kerple_power_bias,
+    kerple_log_bias,
+    KerpleBias,
+    sandwich_bias,
+    sandwich_qk,
+    t5_relative_buckets,
+    T5RelativeBias,
+)
+from .xpos import (
+    xpos_zeta,
+    xpos_scales,
+    apply_xpos,
+    XPos,
+    blockwise_causal_mask,
+)
+from .masks import (
+    check_lengths,
+    relative_positions,
+    causal_mask,
+    sliding_window_mask,
+)
+from .attention import (
+    attention,
+    combine_bias_and_mask,
+    relative_attention,
+    ATTENTION_PATHS,
+    attention_entropy,
+    log_length_scale,
+)
+from .linear import (
+    FEATURE_MAPS,
+    elu_plus_one,
+    relu_feature,
+    feature_map,
+    linear_attention,
+    linear_attention_weights,
+    rms_norm,
+    norm_attention,
+    block_diagonal_mask,
+    diag_attention,
+    rope_linear_attention,
+    locally_accumulated_attention,
+    gradient_relative_std,
+    SoftmaxAttention,
+    LinearAttention,
+    NormAttention,
+    DiagAttention,
+    TransNormerLM,
+    lagged_copy_tokens,
+    train_tiny_lm,
+)
+from .model import (
+    POSITION_SCHEMES,
+    TinyLM,
+)
+from .data import (
+    IGNORE_INDEX,
+    CHARS,
+    cache_dir,
+    MarkovChain,
+    FirstTokenRetrieval,
+    CharCorpus,
+    python_docs,
+    tiny_shakespeare,
+    wikitext,
+)
+from .train import (
+    TrainResult,
+    LengthResult,
+    TrainingPreset,
+    training_preset,
+    run_key,
+    train,
+    evaluate_lengths,
+    evaluation_batches,
+)
+from .runtime import (
+    pick_device,
+    running_mode,
+    seed_everything,
+    SIZE_ENV,
 )
 
-__all__ = []
-for _name in _TOPICS:
-    _module = _importlib.import_module(f".{_name}", __name__)
-    for _public in _module.__all__:
-        globals()[_public] = getattr(_module, _public)
-    __all__ += list(_module.__all__)
-__all__ += ["exercises", "viz"]
-del _name, _module, _public
+__all__ = [
+    "sinusoidal_frequencies",
+    "sinusoidal_embedding",
+    "sinusoidal_similarity",
+    "sinusoidal_wavelengths",
+    "sinusoidal_shift_matrix",
+    "sinusoidal_period_coverage",
+    "sinusoidal_nearest_distance",
+    "SinusoidalPositionalEmbedding",
+    "rope_frequencies",
+    "rope_angles",
+    "rope_cos_sin",
+    "apply_rope",
+    "rope_rotation_matrix",
+    "interleaved_to_half_split",
+    "half_split_to_interleaved",
+    "rope_frequencies_interpolated",
+    "rope_frequencies_ntk",
+    "rope_frequencies_yarn",
+    "yarn_attention_factor",
+    "rope_decay_bound",
+    "RotaryEmbedding",
+    "alibi_slopes",
+    "alibi_bias",
+    "kerple_power_bias",
+    "kerple_log_bias",
+    "KerpleBias",
+    "sandwich_bias",
+    "sandwich_qk",
+    "t5_relative_buckets",
+    "T5RelativeBias",
+    "xpos_zeta",
+    "xpos_scales",
+    "apply_xpos",
+    "XPos",
+    "blockwise_causal_mask",
+    "check_lengths",
+    "relative_positions",
+    "causal_mask",
+    "sliding_window_mask",
+    "attention",
+    "combine_bias_and_mask",
+    "relative_attention",
+    "ATTENTION_PATHS",
+    "attention_entropy",
+    "log_length_scale",
+    "FEATURE_MAPS",
+    "elu_plus_one",
+    "relu_feature",
+    "feature_map",
+    "linear_attention",
+    "linear_attention_weights",
+    "rms_norm",
+    "norm_attention",
+    "block_diagonal_mask",
+    "diag_attention",
+    "rope_linear_attention",
+    "locally_accumulated_attention",
+    "gradient_relative_std",
+    "SoftmaxAttention",
+    "LinearAttention",
+    "NormAttention",
+    "DiagAttention",
+    "TransNormerLM",
+    "lagged_copy_tokens",
+    "train_tiny_lm",
+    "POSITION_SCHEMES",
+    "TinyLM",
+    "IGNORE_INDEX",
+    "CHARS",
+    "cache_dir",
+    "MarkovChain",
+    "FirstTokenRetrieval",
+    "CharCorpus",
+    "python_docs",
+    "tiny_shakespeare",
+    "wikitext",
+    "TrainResult",
+    "LengthResult",
+    "TrainingPreset",
+    "training_preset",
+    "run_key",
+    "train",
+    "evaluate_lengths",
+    "evaluation_batches",
+    "pick_device",
+    "running_mode",
+    "seed_everything",
+    "SIZE_ENV",
+    "exercises",
+    "viz",
+]
 
 __version__ = "0.1.0"
