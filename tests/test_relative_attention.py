@@ -144,3 +144,18 @@ def test_bad_inputs():
 
 def test_paths_are_listed():
     assert set(pe.ATTENTION_PATHS) == {"auto", "fold", "chunked", "flex", "bias", "naive"}
+
+
+@pytest.mark.parametrize("q_len,k_len,window", [(300, 300, None), (270, 520, 100), (520, 520, 300)])
+def test_learned_bias_gradients_through_chunks(q_len, k_len, window):
+    """A bias that requires grad (KERPLE, T5, learned slopes) trains through the chunked path's own backward."""
+    q, k, v = (t.requires_grad_() for t in qkv(q_len, k_len, batch=2))
+    table = biases(k_len)["table"]["distance_bias"].clone().requires_grad_()
+    slopes = pe.alibi_slopes(H, dtype=torch.float64).clone().requires_grad_()
+    weight = torch.randn(2, H, q_len, D, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    grads = []
+    for path in ("chunked", "naive"):
+        out = run(path, q, k, v, slopes=slopes, distance_bias=table, window=window)
+        grads.append(torch.autograd.grad((out * weight).sum(), (q, k, v, table, slopes)))
+    for name, fast, ref in zip("q k v table slopes".split(), *grads):
+        assert torch.allclose(fast, ref, atol=1e-10), (name, (fast - ref).abs().max().item())

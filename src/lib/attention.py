@@ -250,22 +250,73 @@ def _path_chunked(q, k, v, scale, slopes, distance_bias, window, chunk=_CHUNK):
     ``n^2`` is stored, and each chunk only visits the keys it may see (causal
     and window), so the work is that of causal attention.
     """
-    b, h, q_len, _ = q.shape
-    k_len, offset = k.shape[2], k.shape[2] - q.shape[2]
+    h, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
     p = torch.arange(q_len + k_len - 1, device=q.device) - (q_len - 1)
     g = _distance_values(p, slopes, distance_bias, window, q.dtype)
     g = g.expand(h, -1).contiguous()  # (heads, q_len + k_len - 1)
-    k_rev, v_rev = k.flip(2), v.flip(2)
-    outs = []
+    if torch.is_grad_enabled() and g.requires_grad:  # a learned bias: PyTorch's fused kernels give no
+        return _ChunkedBiasAttention.apply(q, k, v, g, scale, window, chunk)  # gradient for it
+    return _chunked_forward(q, k, v, g, scale, window, chunk)
+
+
+def _chunks(q_len: int, k_len: int, window: Optional[int], chunk: int):
+    """``(a, e, first, last)``: queries ``a:e`` see the reversed keys ``first:last``."""
+    offset = k_len - q_len
     for a in range(0, q_len, chunk):
         e = min(a + chunk, q_len)
         hi = offset + e  # keys 0 .. hi-1 are at or before the last query of the chunk
         lo = max(0, offset + a - window + 1) if window is not None else 0
-        first = k_len - hi  # reversed index of key hi-1
-        mask = g.as_strided((1, h, e - a, hi - lo), (0, g.stride(0), 1, 1), g.storage_offset() + a + first)
-        outs.append(F.scaled_dot_product_attention(
-            q[:, :, a:e], k_rev[:, :, first:k_len - lo], v_rev[:, :, first:k_len - lo], attn_mask=mask, scale=scale))
+        yield a, e, k_len - hi, k_len - lo
+
+
+def _bias_block(g: torch.Tensor, a: int, e: int, first: int, last: int) -> torch.Tensor:
+    """``(1, heads, e - a, last - first)`` view of the row ``g``: bias of queries ``a:e``, reversed keys ``first:last``."""
+    return g.as_strided((1, g.shape[0], e - a, last - first), (0, g.stride(0), 1, 1), g.storage_offset() + a + first)
+
+
+def _chunked_forward(q, k, v, g, scale, window, chunk):
+    k_rev, v_rev = k.flip(2), v.flip(2)
+    outs = [F.scaled_dot_product_attention(q[:, :, a:e], k_rev[:, :, first:last], v_rev[:, :, first:last],
+                                           attn_mask=_bias_block(g, a, e, first, last), scale=scale)
+            for a, e, first, last in _chunks(q.shape[2], k.shape[2], window, chunk)]
     return torch.cat(outs, dim=2)
+
+
+class _ChunkedBiasAttention(torch.autograd.Function):
+    """The chunked path with a gradient for the bias row ``g``, in ``O(heads * chunk * n)`` memory.
+
+    Forward: the fused kernel per chunk, as without gradients. Backward, per
+    chunk, from the saved inputs and output (as FlashAttention does): the
+    weights ``P`` again, ``dS = P * (dP - rowsum(dO * O))``, and the gradient
+    of ``g[p]`` is the sum of ``dS`` over the anti-diagonal ``i + j' = p``.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, scale, window, chunk):
+        with torch.no_grad():
+            out = _chunked_forward(q, k, v, g, scale, window, chunk)
+        ctx.save_for_backward(q, k, v, g, out)
+        ctx.scale, ctx.window, ctx.chunk = scale, window, chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, g, out = ctx.saved_tensors
+        scale = ctx.scale
+        k_rev, v_rev = k.flip(2), v.flip(2)
+        dq, dk_rev, dv_rev, dg = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(g)
+        for a, e, first, last in _chunks(q.shape[2], k.shape[2], ctx.window, ctx.chunk):
+            qc, kc, vc = q[:, :, a:e], k_rev[:, :, first:last], v_rev[:, :, first:last]
+            p = ((qc @ kc.transpose(-2, -1)) * scale + _bias_block(g, a, e, first, last)).softmax(-1)  # (b, h, c, keys)
+            do = d_out[:, :, a:e]
+            dv_rev[:, :, first:last] += p.transpose(-2, -1) @ do
+            ds = p * (do @ vc.transpose(-2, -1) - (do * out[:, :, a:e]).sum(-1, keepdim=True))
+            dq[:, :, a:e] = (ds @ kc) * scale
+            dk_rev[:, :, first:last] += (ds.transpose(-2, -1) @ qc) * scale
+            diag = (torch.arange(e - a, device=g.device)[:, None] + torch.arange(last - first, device=g.device)
+                    + a + first)  # (c, keys): the index of g read at each entry
+            dg.index_add_(1, diag.flatten(), ds.sum(0).flatten(1))
+        return dq, dk_rev.flip(2), dv_rev.flip(2), dg, None, None, None
 
 
 _FLEX: Dict[str, Any] = {}
