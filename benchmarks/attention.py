@@ -180,7 +180,10 @@ def peak_memory_cpu(scheme: str, n: int, backward: bool) -> Optional[float]:
         return None
     cmd = [sys.executable, __file__, "--_memory-case", scheme, str(n), str(int(backward))]
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:  # report, keep the timings measured so far
+        print(f"\nmemory of {scheme!r} at n={n} not measured:\n{done.stderr[-800:]}", file=sys.stderr)
+        return None
     return float(done.stdout.strip().splitlines()[-1])
 
 
