@@ -280,3 +280,28 @@ def test_rotate_stacked_equals_forward():
         assert torch.allclose(stacked[0], q, atol=1e-6) and torch.allclose(stacked[1], k, atol=1e-6)
         with pytest.raises(ValueError, match="qk must be"):
             module.rotate_stacked(qk[:1])
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_fused_rotation_equals_the_reference_form_with_gradients(interleaved):
+    # posenc's rotation adds the sine terms in place; it must equal x cos + turn(x) sin, gradients included.
+    from posenc.rope import _rotate, _rotate_pairs
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 7, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    cos, sin = pe.rope_cos_sin(torch.arange(7), 8, interleaved=interleaved, dtype=torch.float64)
+    cos, sin = cos.requires_grad_(), sin.requires_grad_()
+    fused = _rotate(x, cos, sin, interleaved)
+    reference = x * cos + _rotate_pairs(x, interleaved) * sin
+    assert fused.shape == reference.shape == x.shape
+    assert torch.allclose(fused, reference, atol=1e-14)
+    dy = torch.randn(fused.shape, dtype=torch.float64, generator=g)
+    grads = torch.autograd.grad(fused, (x, cos, sin), dy)
+    expected = torch.autograd.grad(reference, (x, cos, sin), dy)
+    for got, want in zip(grads, expected):
+        assert torch.allclose(got, want, atol=1e-12)
+    # a table broadcast over a batch of position rows (batch, 1, seq, dim) against x (1, heads, seq, dim)
+    cos_b, sin_b = pe.rope_cos_sin(torch.arange(14).view(2, 1, 7), 8, interleaved=interleaved, dtype=torch.float64)
+    wide = _rotate(x[:1].detach(), cos_b, sin_b, interleaved)
+    assert wide.shape == (2, 3, 7, 8)
+    assert torch.allclose(wide, x[:1].detach() * cos_b + _rotate_pairs(x[:1].detach(), interleaved) * sin_b)

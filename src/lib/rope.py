@@ -136,6 +136,25 @@ def _rotate_pairs(x: torch.Tensor, interleaved: bool) -> torch.Tensor:
     return torch.cat((-second, first), dim=-1)  # rotate_half
 
 
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """``x * cos + _rotate_pairs(x) * sin`` with one new tensor instead of five.
+
+    The sine terms are added in place to the two halves (or to the even and
+    odd channels) of ``x * cos``: ``a' = a cos - b sin``, ``b' = b cos + a sin``.
+    Autograd follows the in-place updates (the product ``x * cos`` does not
+    keep its output for the backward pass).
+    """
+    out = x * cos  # (..., seq, dim), the broadcast shape
+    if interleaved:
+        a, b = slice(0, None, 2), slice(1, None, 2)
+    else:
+        half = x.shape[-1] // 2
+        a, b = slice(0, half), slice(half, None)
+    out[..., a].addcmul_(x[..., b], sin[..., a], value=-1)
+    out[..., b].addcmul_(x[..., a], sin[..., b])
+    return out
+
+
 def apply_rope(
     x: torch.Tensor,
     positions: Optional[torch.Tensor] = None,
@@ -178,7 +197,7 @@ def apply_rope(
         positions, dim, base, interleaved=interleaved, inv_freq=inv_freq,
         dtype=x.dtype, device=x.device,
     )  # (..., seq, dim)
-    return x * cos + _rotate_pairs(x, interleaved) * sin
+    return _rotate(x, cos, sin, interleaved)
 
 
 def rope_rotation_matrix(
@@ -473,7 +492,7 @@ class RotaryEmbedding(nn.Module):
         return cached[0][:seq_len], cached[1][:seq_len]
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        return x * cos + _rotate_pairs(x, self.interleaved) * sin
+        return _rotate(x, cos, sin, self.interleaved)
 
     def rotate_stacked(self, qk: torch.Tensor) -> torch.Tensor:
         """Rotate queries and keys stacked as ``(2, ..., seq, dim)`` (self-attention: equal lengths).

@@ -37,7 +37,7 @@ import torch.nn as nn
 
 from ._validate import check_even_dim, check_int
 from .masks import check_lengths, relative_positions
-from .rope import rope_cos_sin
+from .rope import _rotate, rope_cos_sin
 
 __all__ = [
     "xpos_zeta",
@@ -151,15 +151,6 @@ def xpos_scales(
     return torch.cat((scale, scale), dim=-1)
 
 
-def _rotate_pairs(x: torch.Tensor, interleaved: bool) -> torch.Tensor:
-    """(a, b) -> (-b, a) for every channel pair, in the given layout."""
-    if interleaved:
-        even, odd = x[..., 0::2], x[..., 1::2]
-        return torch.stack((-odd, even), dim=-1).flatten(-2)
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat((-second, first), dim=-1)
-
-
 def _xpos_tables(
     positions: torch.Tensor,
     dim: int,
@@ -189,9 +180,8 @@ def _apply_tables(
     q_len = q.shape[-2]
     work = cos.dtype
     qw, kw = q.to(work), k.to(work)
-    q_out = (qw * cos[..., -q_len:, :] + _rotate_pairs(qw, interleaved) * sin[..., -q_len:, :])
-    q_out = q_out * scale[..., -q_len:, :]
-    k_out = (kw * cos + _rotate_pairs(kw, interleaved) * sin) / scale
+    q_out = _rotate(qw, cos[..., -q_len:, :], sin[..., -q_len:, :], interleaved) * scale[..., -q_len:, :]
+    k_out = _rotate(kw, cos, sin, interleaved) / scale
     return q_out.to(q.dtype), k_out.to(k.dtype)
 
 
@@ -339,9 +329,7 @@ class XPos(nn.Module):
             return _apply_tables(q, k, cos, sin, scale, self.interleaved)
         q_cos, q_sin, k_cos, k_sin = fused  # (k_len, head_dim) each
         q_len = q.shape[-2]
-        q_out = q * q_cos[-q_len:] + _rotate_pairs(q, self.interleaved) * q_sin[-q_len:]
-        k_out = k * k_cos + _rotate_pairs(k, self.interleaved) * k_sin
-        return q_out, k_out
+        return _rotate(q, q_cos[-q_len:], q_sin[-q_len:], self.interleaved), _rotate(k, k_cos, k_sin, self.interleaved)
 
     def rotate_stacked(self, qk: torch.Tensor) -> torch.Tensor:
         """Queries and keys stacked as ``(2, ..., seq, head_dim)`` (equal lengths), in one pass.
@@ -358,7 +346,7 @@ class XPos(nn.Module):
         shape = (2,) + (1,) * (qk.ndim - 3) + tuple(q_cos.shape)  # (2, 1.., seq, head_dim)
         both_cos = torch.stack((q_cos, k_cos)).view(shape)
         both_sin = torch.stack((q_sin, k_sin)).view(shape)
-        return qk * both_cos + _rotate_pairs(qk, self.interleaved) * both_sin
+        return _rotate(qk, both_cos, both_sin, self.interleaved)
 
     def _fused_tables(self, cos, sin, scale, dtype):
         """``cos * s, sin * s, cos / s, sin / s`` in ``dtype``, cached, when every factor is safe there.
