@@ -19,7 +19,8 @@ run, plus a naive implementation (explicit scores, mask, softmax) for contrast.
 
 Memory is the peak of what one call allocates beyond its inputs: from the
 CUDA allocator on a GPU; on a CPU from the peak resident size of a fresh
-process per case (Linux only), so it is approximate (allocator slack).
+process per case, reset before the call (``peak_rss.py``; Linux only), so it
+is approximate (allocator slack).
 
 Usage::
 
@@ -153,26 +154,17 @@ def peak_memory_cuda(case, n, device, dtype, backward) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 def _memory_case(scheme: str, n: int, backward: bool) -> None:
     """Child process: print the peak resident memory (MiB) one call adds beyond its inputs."""
-    import resource
+    import peak_rss  # beside this file
 
     device, dtype = torch.device("cpu"), torch.float32
     case = make_case(scheme, n, device, dtype)
     q, k, v, dy = inputs(n, device, dtype, backward)
-    # The first call also loads code and starts threads; the peak of the process
-    # (max over both calls) minus what stays resident after the first call is
-    # what one call needs on top of its inputs.
+    step(case, q, k, v, dy, backward)()  # the first call also loads code, starts threads, fills caches
+    added = peak_rss.start()
     step(case, q, k, v, dy, backward)()
-    base = _rss_mib()
-    step(case, q, k, v, dy, backward)()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    print(json.dumps(max(0.0, peak - base)))
+    print(json.dumps(added() / 2**20))
 
 
 def peak_memory_cpu(scheme: str, n: int, backward: bool) -> Optional[float]:

@@ -121,31 +121,17 @@ def time_case(method: str, n: int, args, device: torch.device) -> float:
     return best
 
 
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
 def _rss_child(method, n, args, queue):  # runs in a fresh process
+    import peak_rss  # beside this file
+
     torch.set_num_threads(args.threads)
     q, k, v = make_inputs(n, args, torch.device("cpu"))
-    try:  # Linux: reset the high-water mark (VmHWM) to the current RSS, then read it back
-        Path("/proc/self/clear_refs").write_text("5")
-        before = _status_kib("VmRSS") * 1024
-        read_peak = lambda: _status_kib("VmHWM") * 1024
-    except OSError:  # elsewhere: ru_maxrss, which may still hold the peak of the imports
-        import resource  # Unix only
-
-        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
-        read_peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    added = peak_rss.start()
     with torch.no_grad():
         out = run_case(method, q, k, v, args)
-    peak = read_peak()
+    peak = added()
     del out
-    queue.put(max(0, peak - before))
+    queue.put(peak)
 
 
 def peak_memory(method: str, n: int, args, device: torch.device) -> float:
