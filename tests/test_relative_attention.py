@@ -114,14 +114,17 @@ def test_causal_output_ignores_later_tokens():
 
 
 def test_auto_path_choice():
-    q, k, _ = qkv(512, dtype=torch.float32)
-    slopes, table = pe.alibi_slopes(H), torch.zeros(H, 512)
+    q = k = torch.empty(1, H, 4096, 64)  # long and wide enough for the fold (only shapes and dtype matter)
+    slopes, table = pe.alibi_slopes(H), torch.zeros(H, 4096)
     assert _pick_path(q, k, slopes, None, None) == "fold"
     assert _pick_path(q.bfloat16(), k.bfloat16(), slopes, None, None) == "chunked"  # fold needs float32/64
+    assert _pick_path(q[..., :32], k[..., :32], slopes, None, None) == "chunked"  # narrow heads: chunked
+    assert _pick_path(q[:, :, :2048], k[:, :, :2048], slopes, None, None) == "chunked"  # shorter: chunked
+    assert _pick_path(q[:, :, -1000:], k, slopes, None, None) == "chunked"  # queries after a cache
     assert _pick_path(q, k, slopes, None, 64) == "chunked"
     assert _pick_path(q, k, None, table, None) == "chunked"
-    assert _pick_path(q[:, :, :64], k[:, :, :64], None, table, None) == "bias"
-    assert _pick_path(q[:, :, :64], k[:, :, :64], slopes, None, None) == "bias"
+    assert _pick_path(q[:, :, :128], k[:, :, :128], None, table, None) == "bias"
+    assert _pick_path(q[:, :, :129], k[:, :, :129], slopes, None, None) == "chunked"
 
 
 def test_bad_inputs():
