@@ -9,14 +9,14 @@ Schemes are interleaved and each is timed ``--repeats`` times; the best
 (least disturbed) time is kept.
 
 Goal: ALiBi and RoPE within 10% of NoPE. NoPE runs the fused causal kernel of
-``scaled_dot_product_attention``; the rotations (RoPE, xPos) add a few
-element-wise operations on q and k, and the biases go through
-:func:`posenc.relative_attention`: a small stored bias up to 128 queries,
-beyond that read per distance through a strided view in query chunks (ALiBi
-folded into one extra channel of q and k from 4096 queries with wide heads).
-The rotations cost a fixed handful of element-wise operations per layer,
-which weigh most on the smallest models. For reference, Press et al. (2022, Figure 2) report on a
-V100: sinusoidal 28.5k words/s, rotary 20.0k, T5 bias 14.4k, ALiBi 28.3k.
+``scaled_dot_product_attention``. The rotations (RoPE, xPos) add a fixed
+handful of element-wise operations on q and k per layer, which weigh most on
+the smallest models. The biases go through :func:`posenc.relative_attention`:
+a small stored bias up to 128 queries, beyond that read per distance through
+a strided view in query chunks (ALiBi folded into one extra channel of q and
+k from 4096 queries with wide heads). For reference, Press et al. (2022,
+Figure 2) report on a V100: sinusoidal 28.5k words/s, rotary 20.0k, T5 bias
+14.4k, ALiBi 28.3k.
 
 Usage::
 

@@ -282,17 +282,27 @@ def test_rotate_stacked_equals_forward():
             module.rotate_stacked(qk[:1])
 
 
+def _turned(x, interleaved):
+    """The direct form's "90-degree turn" of each channel pair, (a, b) -> (-b, a): the reference."""
+    if interleaved:
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((-odd, even), dim=-1).flatten(-2)
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)  # rotate_half
+
+
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_fused_rotation_equals_the_reference_form_with_gradients(interleaved):
-    # posenc's rotation adds the sine terms in place; it must equal x cos + turn(x) sin, gradients included.
-    from posenc.rope import _rotate, _rotate_pairs
+    # posenc's rotation adds the sine terms in place; it must equal x cos + turn(x) sin, gradients of
+    # x and of trainable tables included.
+    from posenc.rope import _rotate
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 7, 8, dtype=torch.float64, generator=g, requires_grad=True)
     cos, sin = pe.rope_cos_sin(torch.arange(7), 8, interleaved=interleaved, dtype=torch.float64)
     cos, sin = cos.requires_grad_(), sin.requires_grad_()
     fused = _rotate(x, cos, sin, interleaved)
-    reference = x * cos + _rotate_pairs(x, interleaved) * sin
+    reference = x * cos + _turned(x, interleaved) * sin
     assert fused.shape == reference.shape == x.shape
     assert torch.allclose(fused, reference, atol=1e-14)
     dy = torch.randn(fused.shape, dtype=torch.float64, generator=g)
@@ -300,26 +310,24 @@ def test_fused_rotation_equals_the_reference_form_with_gradients(interleaved):
     expected = torch.autograd.grad(reference, (x, cos, sin), dy)
     for got, want in zip(grads, expected):
         assert torch.allclose(got, want, atol=1e-12)
-    # a table broadcast over a batch of position rows (batch, 1, seq, dim) against x (1, heads, seq, dim)
-    cos_b, sin_b = pe.rope_cos_sin(torch.arange(14).view(2, 1, 7), 8, interleaved=interleaved, dtype=torch.float64)
-    wide = _rotate(x[:1].detach(), cos_b, sin_b, interleaved)
-    assert wide.shape == (2, 3, 7, 8)
-    assert torch.allclose(wide, x[:1].detach() * cos_b + _rotate_pairs(x[:1].detach(), interleaved) * sin_b)
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_rotation_gradient_with_fixed_tables(interleaved):
-    # The in-place rotation's gradient against finite differences and against autograd through the
-    # reference form, also with tables broadcast over a batch of positions (gradient summed back to x).
-    from posenc.rope import _rotate, _rotate_pairs
+def test_rotation_with_fixed_and_broadcast_tables(interleaved):
+    # Values and gradient against the reference form and finite differences, also with tables broadcast
+    # over a batch of position rows: (2, 1, seq, dim) against x (1, heads, seq, dim), gradient summed back.
+    from posenc.rope import _rotate
 
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 3, 5, 6, dtype=torch.float64, generator=g, requires_grad=True)
     for positions in (torch.arange(5), torch.arange(10).view(2, 1, 5)):
         cos, sin = pe.rope_cos_sin(positions, 6, interleaved=interleaved, dtype=torch.float64)
         assert torch.autograd.gradcheck(lambda t: _rotate(t, cos, sin, interleaved), (x,))
-        inputs = x[:1] if positions.ndim == 3 else x  # (1, heads, seq, dim) against (2, 1, seq, dim) tables
-        dy = torch.randn(torch.broadcast_shapes(inputs.shape, cos.shape), dtype=torch.float64, generator=g)
-        got, = torch.autograd.grad(_rotate(inputs, cos, sin, interleaved), x, dy)
-        want, = torch.autograd.grad(inputs * cos + _rotate_pairs(inputs, interleaved) * sin, x, dy)
+        inputs = x[:1] if positions.ndim == 3 else x
+        fused, reference = _rotate(inputs, cos, sin, interleaved), inputs * cos + _turned(inputs, interleaved) * sin
+        assert fused.shape == reference.shape == torch.broadcast_shapes(inputs.shape, cos.shape)
+        assert torch.allclose(fused, reference, atol=1e-14)
+        dy = torch.randn(fused.shape, dtype=torch.float64, generator=g)
+        got, = torch.autograd.grad(fused, x, dy)
+        want, = torch.autograd.grad(reference, x, dy)
         assert torch.allclose(got, want, atol=1e-12)

@@ -127,22 +127,14 @@ def rope_cos_sin(
     return angles.cos().to(device, dtype), angles.sin().to(device, dtype)
 
 
-def _rotate_pairs(x: torch.Tensor, interleaved: bool) -> torch.Tensor:
-    """The "90-degree turn" of each pair: (a, b) -> (-b, a) in the given layout."""
-    if interleaved:
-        even, odd = x[..., 0::2], x[..., 1::2]
-        return torch.stack((-odd, even), dim=-1).flatten(-2)
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat((-second, first), dim=-1)  # rotate_half
-
-
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
-    """``x * cos + _rotate_pairs(x) * sin`` with one new tensor instead of five.
+    """``x * cos + turn(x) * sin``, ``turn`` mapping each channel pair ``(a, b)`` to ``(-b, a)``.
 
-    The sine terms are added in place to the two halves (or to the even and
-    odd channels) of ``x * cos``: ``a' = a cos - b sin``, ``b' = b cos + a sin``.
-    Autograd follows the in-place updates (the product ``x * cos`` does not
-    keep its output for the backward pass).
+    One new tensor instead of the five of the direct form: the sine terms are
+    added in place to the two halves (or to the even and odd channels) of
+    ``x * cos``: ``a' = a cos - b sin``, ``b' = b cos + a sin``. Autograd
+    follows the in-place updates (the product ``x * cos`` does not keep its
+    output for the backward pass).
     """
     out = x * cos  # (..., seq, dim), the broadcast shape
     if interleaved:
