@@ -59,6 +59,23 @@ def _copy_assets(app, exception) -> None:
     shutil.copytree(_mathjax_dir(), target / "mathjax", dirs_exist_ok=True)
 
 
+def _write_redirect(app, exception) -> None:
+    # The site's index.html sends the reader to the first page. sphinx-external-toc
+    # writes it as a bare <meta> refresh when it is missing; without a declared icon
+    # the browser then asks for /favicon.ico, a 404 console error. Write it first,
+    # complete, from the configuration (so a changed root page is followed too).
+    if exception is not None or app.builder.format != "html" or app.config.root_doc == "index":
+        return
+    first = f"{app.config.root_doc}.html"
+    favicon = app.config.html_favicon
+    icon = f'<link rel="icon" href="_static/{Path(favicon).name}">\n' if favicon else ""
+    (Path(app.outdir) / "index.html").write_text(
+        f'<!DOCTYPE html>\n<meta charset="utf-8">\n<title>{app.config.html_title}</title>\n{icon}'
+        f'<meta http-equiv="Refresh" content="0; url={first}">\n',
+        encoding="utf8",
+    )
+
+
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     # sphinx-thebe registers an inline `const THEBE_JS_URL = ...` script, which
     # Sphinx 7.4 lists twice (once with filename None, once with ''): browsers
@@ -84,5 +101,6 @@ def setup(app):
     app.connect("config-inited", _colab_button)
     app.add_js_file(f"{VENDOR}/plotly.min.js", priority=100)
     app.connect("build-finished", _copy_assets)
+    app.connect("build-finished", _write_redirect, priority=400)  # before sphinx-external-toc's (500)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
