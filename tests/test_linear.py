@@ -1,4 +1,4 @@
-"""Linear attention, NormAttention, DiagAttention and TransNormer (posenc.linear).
+"""Linear attention, NormAttention and their diagnostics (posenc.linear).
 
 Every test compares against an independent formula: explicit loops over the
 definition (Katharopoulos et al., 2020; Qin et al., 2022), softmax attention
@@ -137,12 +137,12 @@ def test_causality_linear(method):
 
 @pytest.mark.parametrize("kind", ["softmax", "relu"])
 def test_causality_diag(kind):
-    _check_causal(lambda q, k, v: L.diag_attention(q, k, v, block_size=16, kind=kind), n=20, t=18)
+    _check_causal(lambda q, k, v: pe.diag_attention(q, k, v, block_size=16, kind=kind), n=20, t=18)
 
 
 def test_shapes_and_dtype():
     q, k, v = qkv(b=2, h=3, n=10, d=8, e=5, dtype=torch.float32)
-    for out in (L.linear_attention(q, k, v), L.norm_attention(q, k, v), L.diag_attention(q, k, v, block_size=4),
+    for out in (L.linear_attention(q, k, v), L.norm_attention(q, k, v), pe.diag_attention(q, k, v, block_size=4),
                 L.rope_linear_attention(q, k, v), L.linear_attention(q, k, v, causal=False)):
         assert out.shape == (2, 3, 10, 5) and out.dtype == torch.float32
 
@@ -195,43 +195,6 @@ def test_prop_3_1_gradient_grows_as_denominator_shrinks():
         norms.append(qc.grad.norm().item())
     assert math.isclose(norms[1] / norms[0], 1e3, rel_tol=1e-6)
     assert math.isclose(norms[2] / norms[0], 1e6, rel_tol=1e-6)
-
-
-# ---------------------------------------------------------------------------
-# DiagAttention
-# ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("n,block", [(37, 8), (32, 8), (5, 64), (16, 1)])
-def test_diag_equals_softmax_with_block_mask(causal, n, block):
-    q, k, v = qkv(n=n)
-    mask = L.block_diagonal_mask(n, block, causal=causal)
-    expected = pe.attention(q, k, v, mask=mask, causal=causal)
-    out = L.diag_attention(q, k, v, block_size=block, causal=causal)
-    assert torch.allclose(out, expected, atol=1e-12)
-
-
-def test_diag_special_cases():
-    q, k, v = qkv(n=20)
-    assert torch.allclose(L.diag_attention(q, k, v, block_size=1), v, atol=1e-12)  # each token sees itself
-    assert torch.allclose(L.diag_attention(q, k, v, block_size=20), pe.attention(q, k, v), atol=1e-12)
-
-
-def test_block_diagonal_mask():
-    m = L.block_diagonal_mask(10, 4, causal=False)
-    i, j = torch.meshgrid(torch.arange(10), torch.arange(10), indexing="ij")
-    assert torch.equal(m, i // 4 == j // 4)
-    assert torch.equal(L.block_diagonal_mask(10, 4), m & (j <= i))
-
-
-def test_diag_relu_kind():
-    q, k, v = qkv(n=13, d=8)
-    mask = L.block_diagonal_mask(13, 4)
-    weights = torch.relu(q @ k.transpose(-2, -1) / math.sqrt(8)) * mask
-    raw = weights @ v
-    expected = raw / (raw.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
-    assert torch.allclose(L.diag_attention(q, k, v, block_size=4, kind="relu"), expected, atol=1e-10)
 
 
 # ---------------------------------------------------------------------------
@@ -354,74 +317,6 @@ def test_gradient_relative_std():
         L.gradient_relative_std([-1.0, -2.0])
 
 
-def test_lagged_copy_tokens_statistics():
-    gen = torch.Generator().manual_seed(0)
-    x = L.lagged_copy_tokens(200, 200, 10, lag=3, p_copy=0.6, generator=gen)
-    assert x.shape == (200, 200) and x.dtype == torch.int64 and 0 <= x.min() and x.max() < 10
-    same = (x[:, 3:] == x[:, :-3]).double().mean().item()
-    assert abs(same - (0.6 + 0.4 / 10)) < 0.01  # copied, or redrawn and equal by chance
-
-
-# ---------------------------------------------------------------------------
-# Modules and the TransNormer model
-# ---------------------------------------------------------------------------
-
-
-def test_modules_match_functions():
-    torch.manual_seed(0)
-    x = torch.randn(2, 11, 16)
-    for layer, fn in (
-        (L.NormAttention(16, 4), lambda q, k, v: L.norm_attention(q, k, v)),
-        (L.DiagAttention(16, 4, block_size=4), lambda q, k, v: L.diag_attention(q, k, v, block_size=4)),
-        (L.LinearAttention(16, 4), lambda q, k, v: L.linear_attention(q, k, v)),
-        (L.SoftmaxAttention(16, 4), lambda q, k, v: pe.attention(q, k, v)),
-    ):
-        q, k, v = (t.reshape(2, 11, 4, 4).transpose(1, 2) for t in layer.qkv(x).chunk(3, -1))
-        expected = layer.out(fn(q, k, v).transpose(1, 2).reshape(2, 11, 16))
-        assert torch.allclose(layer(x), expected, atol=1e-6)
-        w = layer.attention_weights(x)
-        assert w.shape == (2, 4, 11, 11) and (w.triu(1) == 0).all()
-
-
-def test_norm_attention_module_gain_option():
-    assert L.NormAttention(16, 4).gain is None
-    assert L.NormAttention(16, 4, gain=True).gain.shape == (16,)
-    assert L.NormAttention(16, 4, gain=True, per_head=True).gain.shape == (4,)
-
-
-def test_transnormer_layout_and_causality():
-    model = L.TransNormerLM(20, 16, 4, 2, diag_block=4, max_len=32)
-    assert model.kinds == ["diag", "diag", "norm", "norm"]
-    assert isinstance(model.blocks[0].attn, L.DiagAttention) and isinstance(model.blocks[3].attn, L.NormAttention)
-    idx = torch.randint(20, (2, 12))
-    out = model(idx)
-    assert out.shape == (2, 12, 20)
-    idx2 = idx.clone()
-    idx2[:, 7:] = (idx2[:, 7:] + 1) % 20
-    assert torch.allclose(model(idx2)[:, :7], out[:, :7], atol=1e-6)
-    assert len(model.attention_maps(idx)) == 4
-
-
-@pytest.mark.parametrize("pos", ["learned", "rope", "none"])
-@pytest.mark.parametrize("kind", ["softmax", "linear", "norm", "diag"])
-def test_model_kinds_are_causal(kind, pos):
-    model = L.TransNormerLM(20, 16, 2, 2, kinds=[kind, kind], diag_block=4, pos=pos, max_len=16)
-    idx = torch.randint(20, (1, 10))
-    idx2 = idx.clone()
-    idx2[:, 6:] = (idx2[:, 6:] + 3) % 20
-    assert torch.allclose(model(idx2)[:, :6], model(idx)[:, :6], atol=1e-6)
-
-
-def test_train_tiny_lm_reduces_loss_and_restores_threads():
-    threads = torch.get_num_threads()
-    model = L.TransNormerLM(8, 16, 2, 2, diag_block=8, max_len=32)
-    make = lambda g: L.lagged_copy_tokens(8, 33, 8, lag=1, p_copy=0.9, generator=g)
-    hist = L.train_tiny_lm(model, make, steps=60, lr=1e-2)
-    assert len(hist["loss"]) == len(hist["grad_norm"]) == 60
-    assert sum(hist["loss"][-10:]) / 10 < hist["loss"][0] - 0.5
-    assert torch.get_num_threads() == threads
-
-
 # ---------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------
@@ -435,46 +330,16 @@ def test_value_errors():
         L.linear_attention(q, k, v, chunk_size=0)
     with pytest.raises(ValueError, match="eps"):
         L.linear_attention(q, k, v, eps=-1.0)
-    with pytest.raises(ValueError, match="block_size"):
-        L.diag_attention(q, k, v, block_size=0)
-    with pytest.raises(ValueError, match="kind"):
-        L.diag_attention(q, k, v, kind="linear")
-    with pytest.raises(ValueError, match="block_size"):
-        L.block_diagonal_mask(8, 0)
     with pytest.raises(ValueError, match="even"):
         L.rope_linear_attention(q[..., :5], k[..., :5], v)
     with pytest.raises(ValueError, match="same shape"):
         L.linear_attention(q, k[:, :, :7], v)
     with pytest.raises(ValueError, match="v must be"):
         L.norm_attention(q, k, v[:, :, :7])
-    with pytest.raises(ValueError, match="batch, heads, seq"):
-        L.diag_attention(q[0], k[0], v[0])
     with pytest.raises(ValueError, match="ratios"):
         L.locally_accumulated_attention(torch.eye(4), 1.5)
     with pytest.raises(ValueError, match="non-negative"):
         L.locally_accumulated_attention(-torch.eye(4), 0.5)
-    with pytest.raises(ValueError, match="divisible"):
-        L.NormAttention(10, 3)
-    with pytest.raises(ValueError, match="kinds"):
-        L.TransNormerLM(10, 8, 2, 2, kinds=["diag", "performer"])
-    with pytest.raises(ValueError, match="pos"):
-        L.TransNormerLM(10, 8, 2, 2, pos="alibi")
-    with pytest.raises(ValueError, match="max_len"):
-        L.TransNormerLM(10, 8, 2, 2, max_len=4)(torch.zeros(1, 5, dtype=torch.long))
-
-
-def test_linear_layer_denominator():
-    torch.manual_seed(0)
-    layer = L.LinearAttention(16, 4)
-    x = torch.randn(2, 11, 16)
-    q, k, _ = (t.reshape(2, 11, 4, 4).transpose(1, 2) for t in layer.qkv(x).chunk(3, -1))
-    raw = L.linear_attention_weights(q, k, normalize=False)
-    assert torch.allclose(layer.denominator(x), raw.sum(-1), rtol=1e-5)
-    model = L.TransNormerLM(10, 16, 2, 4, kinds=["linear", "softmax"], max_len=16)
-    idx = torch.randint(10, (2, 9))
-    inputs = model.attention_inputs(idx)
-    assert len(inputs) == 2 and inputs[0].shape == (2, 9, 16)
-    assert torch.allclose(model.attention_maps(idx)[1], model.blocks[1].attn.attention_weights(inputs[1]))
 
 
 def test_chunked_gradients_equal_quadratic():

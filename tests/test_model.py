@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import posenc as pe
-from posenc.model import POSITION_SCHEMES, TinyLM
+from posenc import POSITION_SCHEMES, TinyLM
 
 V = 11  # vocabulary size of the test models
 T = 16  # "training" length of the test models
@@ -118,13 +118,14 @@ def test_log_n_scaling_only_beyond_train_len():
 
 def _reference_bias(model: TinyLM, n: int) -> torch.Tensor:
     """The (heads, n, n) bias each scheme should add, from posenc's matrix functions."""
-    if model.position == "alibi":
+    scheme = model.position
+    if scheme.name == "alibi":
         return pe.alibi_bias(4, n)
-    if model.position == "sandwich":
-        return pe.sandwich_bias(4, n, dim=model.config["sandwich_dim"])
-    if model.position == "t5":
-        return model.t5(n)
-    return model.blocks[0].kerple(n)  # KERPLE: the first layer's kernel
+    if scheme.name == "sandwich":
+        return pe.sandwich_bias(4, n, dim=scheme.dim)
+    if scheme.name == "t5":
+        return scheme.bias(n)
+    return scheme.layers[0](n)  # KERPLE: the first layer's kernel
 
 
 @pytest.mark.parametrize("position", ["alibi", "sandwich", "t5", "kerple_power", "kerple_log"])
@@ -139,7 +140,7 @@ def test_bias_inside_model_is_the_posenc_bias(position, n):
         qkv = block.attn.qkv(block.ln1(model.tok(idx))).view(1, n, 3, 4, 8)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
         out, ref = pe.attention(q, k, v, bias=_reference_bias(model, n), return_weights=True)
-        fast = pe.relative_attention(q, k, v, **({"slopes": model.alibi_slopes} if position == "alibi" else
+        fast = pe.relative_attention(q, k, v, **({"slopes": model.position.slopes()} if position == "alibi" else
                                                  {"distance_bias": _reference_bias(model, n)[:, -1].flip(-1)}))
     assert torch.allclose(weights[0], ref, atol=1e-6)
     assert torch.allclose(fast, out, atol=1e-5)
@@ -148,16 +149,16 @@ def test_bias_inside_model_is_the_posenc_bias(position, n):
 def test_alibi_slopes_are_not_saved():
     """ALiBi's slopes follow the model's device but are not weights (old checkpoints still load)."""
     model = make("alibi")
-    assert torch.equal(model.alibi_slopes, pe.alibi_slopes(4))
-    assert "alibi_slopes" not in model.state_dict()
+    assert torch.equal(model.position.slopes(), pe.alibi_slopes(4))
+    assert not any("slopes" in key for key in model.state_dict())
 
 
 def test_rope_model_rotates_like_apply_rope():
-    """The model's cached rotary module gives exactly pe.apply_rope on q and k."""
+    """The model's rotation (cached tables, q and k in one pass) gives exactly pe.apply_rope on q and k."""
     model = make("rope")
     q = torch.randn(1, 4, 6, 8)
     k = torch.randn(1, 4, 6, 8)
-    qa, ka = model.rope(q, k)
+    qa, ka = model.position.rotate(torch.stack((q, k)))
     qb, kb = pe.apply_rope(q), pe.apply_rope(k)
     assert torch.allclose(qa, qb, atol=1e-6) and torch.allclose(ka, kb, atol=1e-6)
 
@@ -168,7 +169,7 @@ def test_config_excludes_evaluation_settings():
     model.window = 7
     model.log_n_scaling = True
     assert model.config == before
-    assert before["position"] == "rope" and before["d_model"] == 32
+    assert before["position"]["scheme"] == "rope" and before["d_model"] == 32
 
 
 def test_reset_parameters_is_deterministic():
@@ -185,7 +186,7 @@ def test_learned_bias_parameters_get_gradients():
     for position in ("kerple_power", "kerple_log", "t5"):
         model = make(position).train()
         model(tokens(T)).logsumexp(-1).mean().backward()
-        params = [p for n, p in model.named_parameters() if "kerple" in n or n.startswith("t5.")]
+        params = [p for n, p in model.named_parameters() if n.startswith("position.")]
         assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params), position
 
 

@@ -18,8 +18,9 @@ import torch
 
 from ._validate import check_int
 from .masks import relative_positions
+from .scheme import PositionScheme, register_scheme
 
-__all__ = ["alibi_slopes", "alibi_bias"]
+__all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
 
 
 def _power_of_two_slopes(n: int) -> list:
@@ -89,3 +90,28 @@ def alibi_bias(
     neg_distance = (-relative_positions(q_len, k_len, device=device).abs()).to(work)  # (q, k)
     slopes = slopes.to(device=neg_distance.device, dtype=work)
     return (slopes[:, None, None] * neg_distance).to(dtype)  # (heads, q, k)
+
+
+@register_scheme("alibi")
+class ALiBi(PositionScheme):
+    """ALiBi as a position scheme: fixed slopes :func:`alibi_slopes`, bias ``-m_h (i - j)``.
+
+    :meth:`slopes` lets attention fold the bias into the fused kernel; the
+    same bias as a table is :meth:`distance_bias`. The slopes are a buffer
+    that moves with the model but is neither trained nor saved.
+
+    Shapes: ``distance_bias(n)``: ``(heads, n)``; ``slopes()``: ``(heads,)``.
+    """
+
+    name = "alibi"
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        self.register_buffer("alibi_slopes", alibi_slopes(n_heads), persistent=False)
+
+    def slopes(self) -> torch.Tensor:
+        return self.alibi_slopes
+
+    def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        distance = torch.arange(length, device=device, dtype=dtype)
+        return -self.alibi_slopes.to(device=device, dtype=dtype)[:, None] * distance

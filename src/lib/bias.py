@@ -37,6 +37,7 @@ from torch import nn
 
 from ._validate import check_even_dim, check_int
 from .masks import check_lengths, relative_positions
+from .scheme import PositionScheme, register_scheme
 from .sinusoidal import sinusoidal_embedding
 
 __all__ = [
@@ -47,6 +48,9 @@ __all__ = [
     "sandwich_qk",
     "t5_relative_buckets",
     "T5RelativeBias",
+    "Kerple",
+    "Sandwich",
+    "T5Bias",
 ]
 
 ParamLike = Union[float, torch.Tensor]
@@ -486,3 +490,118 @@ class T5RelativeBias(nn.Module):
     def extra_repr(self) -> str:
         return (f"n_heads={self.n_heads}, num_buckets={self.num_buckets}, "
                 f"max_distance={self.max_distance}, bidirectional={self.bidirectional}")
+
+
+# ---------------------------------------------------------------------------
+# As position schemes of a model (posenc.PositionScheme)
+# ---------------------------------------------------------------------------
+
+
+def _by_distance(bias: torch.Tensor) -> torch.Tensor:
+    """``(heads, 1, n)`` bias of the last of ``n`` queries -> ``(heads, n)`` by distance ``0 .. n-1``."""
+    return bias[:, 0].flip(-1)
+
+
+class Kerple(PositionScheme):
+    """KERPLE as a position scheme: learned ``r1, r2`` per head *and per layer*, as in the authors' code.
+
+    Args:
+        kind: ``"power"`` (``-r1 |m-n|^r2``) or ``"log"`` (``-r1 log(1 + r2 |m-n|)``).
+
+    Shapes: ``distance_bias(n)``: ``(n_layers, heads, n)``.
+    """
+
+    name = "kerple"
+
+    def __init__(self, kind: str = "log") -> None:
+        super().__init__()
+        if kind not in ("power", "log"):
+            raise ValueError(f"kind must be 'power' or 'log', got {kind!r}")
+        self.kind = kind
+        self.name = f"kerple_{kind}"
+        self.layers: Optional[nn.ModuleList] = None
+
+    def config(self):
+        return dict(scheme=f"kerple_{self.kind}")
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        if self.layers is None:
+            self.layers = nn.ModuleList(KerpleBias(n_heads, kind=self.kind) for _ in range(n_layers))
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
+        """Every layer draws ``r1``, ``r2`` uniformly as in the authors' code (see :class:`KerpleBias`)."""
+        s1, s2 = (1.0, 2.0) if self.kind == "power" else (2.0, 1.0)
+        for layer in self.layers:
+            layer.r1.copy_(torch.rand(self.n_heads, generator=generator) * s1)
+            layer.r2.copy_(torch.rand(self.n_heads, generator=generator) * s2)
+            layer.clamp_parameters()
+
+    def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        return torch.stack([_by_distance(layer(1, length)) for layer in self.layers]).to(dtype)
+
+
+register_scheme("kerple_power", lambda: Kerple("power"))
+register_scheme("kerple_log", lambda: Kerple("log"))
+
+
+@register_scheme("sandwich")
+class Sandwich(PositionScheme):
+    """Sandwich as a position scheme (Chi et al., 2023): :func:`sandwich_bias` by distance, no parameters.
+
+    Args:
+        dim: dimension of the sinusoidal vectors; base: their base.
+
+    Shapes: ``distance_bias(n)``: ``(heads, n)``.
+    """
+
+    name = "sandwich"
+
+    def __init__(self, dim: int = 128, base: float = 10000.0) -> None:
+        super().__init__()
+        _check_even_dim(dim, "sandwich")
+        self.dim, self.base = dim, float(base)
+        self._cache: dict = {}
+
+    def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        key = (length, str(device), dtype)
+        if key not in self._cache:
+            if len(self._cache) >= 8:
+                self._cache.clear()
+            self._cache[key] = _by_distance(sandwich_bias(self.n_heads, 1, length, dim=self.dim, base=self.base,
+                                                          device=device)).to(dtype)
+        return self._cache[key]
+
+
+@register_scheme("t5")
+class T5Bias(PositionScheme):
+    """The T5 bias as a position scheme (Raffel et al., 2020): one learned table shared by every layer.
+
+    Args:
+        num_buckets, max_distance: see :func:`t5_relative_buckets` (causal buckets).
+
+    Shapes: ``distance_bias(n)``: ``(heads, n)``.
+    """
+
+    name = "t5"
+
+    def __init__(self, num_buckets: int = 32, max_distance: int = 128) -> None:
+        super().__init__()
+        t5_relative_buckets(torch.zeros(1, dtype=torch.long), False, num_buckets, max_distance)  # validates
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bias: Optional[T5RelativeBias] = None
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        if self.bias is None:
+            self.bias = T5RelativeBias(n_heads, self.num_buckets, self.max_distance)
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
+        """The table starts ``N(0, 0.05^2)``."""
+        w = self.bias.relative_attention_bias.weight
+        w.copy_(torch.randn(w.shape, generator=generator) * 0.05)
+
+    def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        return _by_distance(self.bias(1, length)).to(dtype)

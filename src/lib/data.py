@@ -54,6 +54,7 @@ __all__ = [
     "cache_dir",
     "MarkovChain",
     "FirstTokenRetrieval",
+    "LaggedCopy",
     "CharCorpus",
     "python_docs",
     "tiny_shakespeare",
@@ -335,6 +336,75 @@ class FirstTokenRetrieval:
         targets = torch.full_like(inputs, IGNORE_INDEX)
         targets[marks] = keys[:, None].expand(-1, seq_len)[marks]
         return inputs, targets
+
+
+# ---------------------------------------------------------------------------
+# Lagged copy: a sharp local look-back
+# ---------------------------------------------------------------------------
+
+
+class LaggedCopy:
+    """Random tokens where each one repeats the token ``lag`` places back with probability ``p_copy``.
+
+    ``x_t = x_{t - lag}`` with probability ``p_copy``, else uniform over the
+    vocabulary (the first ``lag`` tokens are uniform). Predicting ``x_{t+1}``
+    needs the token ``lag - 1`` places before the current one: a purely local
+    task, the kind softmax attention solves with a sharp "look back" head and
+    diluted linear attention struggles with (Qin et al., 2022). The targets
+    that cannot be predicted (the first ``lag - 1``) are ignored, so the best
+    achievable loss is :meth:`optimal_loss`, the entropy of
+    ``p_copy * onehot + (1 - p_copy) * uniform``.
+
+    Args:
+        vocab_size: number of tokens ``V >= 2``.
+        lag: how far back a token is copied from (``>= 1``).
+        p_copy: copy probability in ``[0, 1]``.
+
+    ``batch`` returns ``targets[:, t] = inputs[:, t + 1]`` (``-100`` where
+    ignored). ``split`` is accepted for a common interface (pass different
+    generators).
+    """
+
+    def __init__(self, vocab_size: int = 32, lag: int = 2, p_copy: float = 0.8) -> None:
+        for name, value, low in (("vocab_size", vocab_size, 2), ("lag", lag, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not (isinstance(p_copy, (int, float)) and not isinstance(p_copy, bool) and 0 <= p_copy <= 1):
+            raise ValueError(f"p_copy must be a probability in [0, 1], got {p_copy!r}")
+        self.vocab_size, self.lag, self.p_copy = vocab_size, lag, float(p_copy)
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """Identifies the task (for caching)."""
+        return dict(kind="lagged_copy", vocab_size=self.vocab_size, lag=self.lag, p_copy=self.p_copy)
+
+    def __repr__(self) -> str:
+        return f"LaggedCopy(vocab_size={self.vocab_size}, lag={self.lag}, p_copy={self.p_copy:g})"
+
+    def sample(self, batch_size: int, length: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """``(batch_size, length)`` int64 tokens."""
+        _check_batch_args(batch_size, length, "train")
+        _check_generator(generator)
+        x = torch.randint(self.vocab_size, (batch_size, length), generator=generator)
+        copy = torch.rand(batch_size, length, generator=generator) < self.p_copy
+        for t in range(self.lag, length):
+            x[:, t] = torch.where(copy[:, t], x[:, t - self.lag], x[:, t])
+        return x
+
+    def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
+              *, split: str = "train") -> Batch:
+        """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64."""
+        _check_batch_args(batch_size, seq_len, split)
+        seq = self.sample(batch_size, seq_len + 1, generator)
+        targets = seq[:, 1:].clone()
+        targets[:, : self.lag - 1] = IGNORE_INDEX  # x_1 .. x_{lag-1}: uniform, nothing to copy
+        return seq[:, :-1], targets
+
+    def optimal_loss(self) -> float:
+        """The best achievable loss per counted target (nats): the entropy of the copy mixture."""
+        v, p = self.vocab_size, self.p_copy
+        hit, miss = p + (1 - p) / v, (1 - p) / v
+        return -sum(q * math.log(q) for q in [hit] + [miss] * (v - 1) if q > 0)
 
 
 # ---------------------------------------------------------------------------

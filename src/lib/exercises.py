@@ -38,7 +38,8 @@ import torch
 from .alibi import alibi_slopes
 from .attention import log_length_scale
 from .bias import kerple_log_bias, t5_relative_buckets
-from .linear import block_diagonal_mask, linear_attention
+from .layers import block_diagonal_mask
+from .linear import linear_attention
 from .masks import relative_positions, sliding_window_mask
 from .rope import (
     half_split_to_interleaved,

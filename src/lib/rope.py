@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from ._validate import check_even_dim, check_int
+from .scheme import PositionScheme, register_scheme
 
 __all__ = [
     "rope_frequencies",
@@ -46,6 +47,7 @@ __all__ = [
     "yarn_attention_factor",
     "rope_decay_bound",
     "RotaryEmbedding",
+    "RoPE",
 ]
 
 
@@ -521,3 +523,32 @@ class RotaryEmbedding(nn.Module):
             k_cos, k_sin = self._table(positions, k.device, k.dtype)
             q_cos, q_sin = self._table(positions[..., k_len - q_len:], q.device, q.dtype)
         return self._rotate(q, q_cos, q_sin), self._rotate(k, k_cos, k_sin)
+
+
+@register_scheme("rope")
+class RoPE(PositionScheme):
+    """RoPE as a position scheme (Su et al., 2021): rotates queries and keys in every layer.
+
+    Args:
+        base: the base of the frequencies ``base^(-2i/d)``.
+        interleaved: pair channels ``(2i, 2i+1)`` instead of ``(i, i + d/2)``.
+
+    Shapes: ``rotate(qk)``: ``(2, batch, heads, seq, head_dim)``, ``head_dim`` even.
+    """
+
+    name = "rope"
+
+    def __init__(self, base: float = 10000.0, *, interleaved: bool = False) -> None:
+        super().__init__()
+        if not (isinstance(base, Real) and math.isfinite(base) and base > 1):
+            raise ValueError(f"RoPE base must be a finite number > 1, got {base!r}")
+        self.base, self.interleaved = float(base), bool(interleaved)
+        self._rotary: Optional[RotaryEmbedding] = None
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        self._require_even_head_dim()
+        self._rotary = RotaryEmbedding(self.head_dim, self.base, interleaved=self.interleaved)
+
+    def rotate(self, qk: torch.Tensor) -> torch.Tensor:
+        return self._rotary.rotate_stacked(qk)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ._validate import check_even_dim, check_int
+from .scheme import PositionScheme, register_scheme
 
 __all__ = [
     "sinusoidal_frequencies",
@@ -30,6 +31,8 @@ __all__ = [
     "sinusoidal_period_coverage",
     "sinusoidal_nearest_distance",
     "SinusoidalPositionalEmbedding",
+    "LearnedPositions",
+    "SinusoidalPositions",
 ]
 
 Positions = Union[int, torch.Tensor]
@@ -286,3 +289,70 @@ class SinusoidalPositionalEmbedding(nn.Module):
         table = sinusoidal_embedding(positions.detach().cpu(), self.dim, self.base,
                                      dtype=torch.float64)  # (..., seq, d)
         return x + (self.scale * table).to(dtype=x.dtype, device=x.device)
+
+
+# ---------------------------------------------------------------------------
+# As position schemes of a model (posenc.PositionScheme)
+# ---------------------------------------------------------------------------
+
+
+@register_scheme("learned")
+class LearnedPositions(PositionScheme):
+    """A learned table of absolute position vectors added to the tokens (GPT-2).
+
+    It has ``max_len`` rows, drawn ``N(0, 1)`` like the token embeddings; a
+    longer sequence raises ``ValueError`` (learned absolute positions cannot
+    extrapolate: there is no row for an unseen position).
+
+    Shapes: ``embed(x)``: ``(batch, seq, d_model)`` with ``seq <= max_len``.
+    """
+
+    name = "learned"
+
+    def __init__(self, max_len: Optional[int] = None) -> None:
+        super().__init__()
+        check_int("max_len (the size of the learned table)", max_len)
+        self.max_len = max_len
+        self.table: Optional[nn.Parameter] = None
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        if self.table is None:
+            self.table = nn.Parameter(torch.zeros(self.max_len, d_model))
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
+        self.table.copy_(torch.randn(self.table.shape, generator=generator))
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[-2]
+        if t > self.max_len:
+            raise ValueError(
+                f"position='learned' has a table of max_len={self.max_len} positions and cannot "
+                f"run a sequence of {t} tokens (that is the point: learned absolute positions do "
+                "not extrapolate); build the model with a larger max_len"
+            )
+        return x + self.table[:t]  # (seq, d_model) broadcast over the batch
+
+
+@register_scheme("sinusoidal")
+class SinusoidalPositions(PositionScheme):
+    """Vaswani et al. (2017)'s fixed sinusoidal table added to the tokens (no parameters).
+
+    Shapes: ``embed(x)``: ``(batch, seq, d_model)``, ``d_model`` even.
+    """
+
+    name = "sinusoidal"
+
+    def __init__(self, base: float = 10000.0) -> None:
+        super().__init__()
+        _check_base(base)
+        self.base = float(base)
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        if d_model % 2:
+            raise ValueError(f"sinusoidal needs an even d_model, got {d_model}")
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        return x + sinusoidal_embedding(x.shape[-2], self.d_model, self.base).to(device=x.device, dtype=x.dtype)

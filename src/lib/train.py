@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: Bump to invalidate every cached run after a change that alters training.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass
@@ -55,6 +55,8 @@ class TrainResult:
     Attributes:
         model: the trained model (in eval mode, on the training device).
         losses: training loss (nats) at every step.
+        grad_norms: global gradient norm at every step, before clipping
+            (the quantity of TransNormer's gradient relative std).
         from_cache: True if the weights were loaded from the run cache.
         steps_run: optimiser steps taken in this call (0 when loaded).
         seconds: wall-clock time of the training (as recorded when it ran).
@@ -64,6 +66,7 @@ class TrainResult:
 
     model: TinyLM
     losses: List[float]
+    grad_norms: List[float]
     from_cache: bool
     steps_run: int
     seconds: float
@@ -121,9 +124,9 @@ class TrainingPreset:
         return dict(steps=self.steps, seq_len=self.seq_len, batch_size=self.batch_size,
                     lr=self.lr, warmup=self.warmup)
 
-    def make_model(self, vocab_size: int, position: str, *, max_len_factor: int = 8,
+    def make_model(self, vocab_size: int, position: Any, *, max_len_factor: int = 8,
                    **overrides: Any) -> TinyLM:
-        """A :class:`TinyLM` of this preset's size.
+        """A :class:`TinyLM` of this preset's size, with ``position`` a scheme name or object.
 
         For ``position="learned"`` the table gets ``max_len_factor * seq_len``
         rows, so the model can be *run* at longer lengths even though only the
@@ -134,7 +137,7 @@ class TrainingPreset:
         if position == "learned":
             kwargs["max_len"] = max_len_factor * self.seq_len
         if position == "t5":  # T5: 32 buckets up to 128 for L = 512; here up to L / 2
-            kwargs["t5_max_distance"] = max(17, self.seq_len // 2)
+            kwargs["max_distance"] = max(17, self.seq_len // 2)
         kwargs.update(overrides)
         return TinyLM(vocab_size, position=position, **kwargs)
 
@@ -189,12 +192,12 @@ def run_key(config: Dict[str, Any]) -> str:
 
 
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> List[Dict[str, Any]]:
-    """Weight decay on matrices of linear layers only (not embeddings, norms, biases, position parameters)."""
+    """Weight decay on matrices of linear layers only (not embeddings, norms, biases, the position scheme)."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        is_linear_weight = p.ndim == 2 and name.endswith("weight") and not name.startswith(("tok.", "pos.", "t5."))
+        is_linear_weight = p.ndim == 2 and name.endswith("weight") and not name.startswith(("tok.", "position."))
         (decay if is_linear_weight else no_decay).append(p)
     return [dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)]
 
@@ -231,7 +234,7 @@ def train(
     *,
     warmup: int = 25,
     weight_decay: float = 0.1,
-    grad_clip: float = 1.0,
+    grad_clip: Optional[float] = 1.0,
 ) -> TrainResult:
     """Train ``model`` on ``data`` for a fixed number of steps (or load the cached result).
 
@@ -244,7 +247,8 @@ def train(
 
     Optimiser: AdamW (betas 0.9, 0.95; weight decay on linear weights only),
     linear warm-up for ``warmup`` steps then cosine decay to 10% of ``lr``,
-    gradient clipping at ``grad_clip``. Batches come from
+    gradient clipping at ``grad_clip`` (``None``: no clipping; the norm of
+    every step is recorded either way). Batches come from
     ``data.batch(batch_size, seq_len, generator)`` with a generator seeded by
     ``seed``. On CUDA the forward pass runs under bf16 autocast.
 
@@ -273,8 +277,11 @@ def train(
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
-    if not weight_decay >= 0 or not grad_clip > 0:
-        raise ValueError(f"need weight_decay >= 0 and grad_clip > 0, got {weight_decay!r}, {grad_clip!r}")
+    if not (isinstance(weight_decay, (int, float)) and math.isfinite(weight_decay) and weight_decay >= 0):
+        raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
+    if grad_clip is not None and not (isinstance(grad_clip, (int, float)) and math.isfinite(grad_clip)
+                                      and grad_clip > 0):
+        raise ValueError(f"grad_clip must be a finite number > 0, or None for no clipping, got {grad_clip!r}")
     if model.max_len is not None and seq_len > model.max_len:
         raise ValueError(f"seq_len {seq_len} exceeds the learned table of the model (max_len={model.max_len})")
     if model.train_len is None:
@@ -286,7 +293,8 @@ def train(
         model=model.config,
         data=data.config,
         train=dict(steps=steps, seq_len=seq_len, batch_size=batch_size, lr=float(lr), seed=seed,
-                   warmup=warmup, weight_decay=float(weight_decay), grad_clip=float(grad_clip),
+                   warmup=warmup, weight_decay=float(weight_decay),
+                   grad_clip=None if grad_clip is None else float(grad_clip),
                    window=model.window if model.window is not None and model.window < seq_len else None,
                    log_n=(model.train_len, True) if model.log_n_scaling and model.train_len < seq_len else None),
     )
@@ -298,7 +306,8 @@ def train(
         saved = torch.load(path, map_location=device, weights_only=True)
         model.load_state_dict(saved["state_dict"])
         model.eval()
-        return TrainResult(model, list(saved["losses"]), True, 0, float(saved["seconds"]), key, config)
+        return TrainResult(model, list(saved["losses"]), list(saved["grad_norms"]), True, 0,
+                           float(saved["seconds"]), key, config)
 
     seed_everything(seed)
     model.reset_parameters(generator=torch.Generator().manual_seed(seed))
@@ -308,8 +317,10 @@ def train(
     opt = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
     use_bf16 = device.type == "cuda"
     losses: List[float] = []
+    norms: List[torch.Tensor] = []
+    params = [p for p in model.parameters() if p.requires_grad]
     start = time.perf_counter()
-    with _progress_bar(steps, f"{model.position}", progress) as bar:
+    with _progress_bar(steps, model.position.name, progress) as bar:
         for step in range(steps):
             for group in opt.param_groups:
                 group["lr"] = lr * _lr_factor(step, steps, warmup)
@@ -320,22 +331,25 @@ def train(
             loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            # the norm before clipping; max_norm=inf measures without changing the gradients
+            norms.append(torch.nn.utils.clip_grad_norm_(params, math.inf if grad_clip is None else grad_clip))
             opt.step()
             losses.append(loss.item())
             if step % 10 == 0:
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)  # shown at the next refresh
             bar.update(1)
     seconds = time.perf_counter() - start
+    grad_norms = torch.stack(norms).tolist() if norms else []
     model.eval()
 
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        torch.save(dict(state_dict=state, losses=losses, seconds=seconds, config=json.dumps(config, default=str)), tmp)
+        torch.save(dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
+                        config=json.dumps(config, default=str)), tmp)
         tmp.replace(path)
-    return TrainResult(model, losses, False, steps, seconds, key, config)
+    return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
 
 
 def evaluation_batches(data: Any, length: int, batches: int = 4, seed: int = 1234, *,

@@ -38,6 +38,7 @@ import torch.nn as nn
 from ._validate import check_even_dim, check_int
 from .masks import check_lengths, relative_positions
 from .rope import _rotate, rope_cos_sin
+from .scheme import PositionScheme, register_scheme
 
 __all__ = [
     "xpos_zeta",
@@ -45,6 +46,7 @@ __all__ = [
     "apply_xpos",
     "XPos",
     "blockwise_causal_mask",
+    "XPosRotation",
 ]
 
 
@@ -405,3 +407,33 @@ def blockwise_causal_mask(
     k_block = torch.arange(k_len, device=device) // block  # (k_len,)
     near = k_block[None, :] >= q_block[:, None] - 1
     return near & (rel <= 0)
+
+
+@register_scheme("xpos")
+class XPosRotation(PositionScheme):
+    """xPos as a position scheme (Sun et al., 2023): RoPE times ``zeta^((i - j) / scale_base)``.
+
+    Args:
+        base, gamma, scale_base: as in :func:`apply_xpos` (``scale_base`` 512 in the paper).
+
+    Shapes: ``rotate(qk)``: ``(2, batch, heads, seq, head_dim)``, ``head_dim`` even.
+    """
+
+    name = "xpos"
+
+    def __init__(self, base: float = 10000.0, *, scale_base: float = 512.0, gamma: float = 0.4) -> None:
+        super().__init__()
+        _check_gamma(gamma)
+        _check_scale_base(scale_base)
+        if not base > 1:
+            raise ValueError(f"RoPE base must be > 1, got {base!r}")
+        self.base, self.scale_base, self.gamma = float(base), float(scale_base), float(gamma)
+        self._xpos: Optional[XPos] = None
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        self._require_even_head_dim()
+        self._xpos = XPos(self.head_dim, self.base, gamma=self.gamma, scale_base=self.scale_base)
+
+    def rotate(self, qk: torch.Tensor) -> torch.Tensor:
+        return self._xpos.rotate_stacked(qk)

@@ -1,0 +1,468 @@
+"""Attention layers that a model composes: softmax, linear (1 + elu), NormAttention, DiagAttention.
+
+Every layer here maps ``x`` ``(batch, seq, d_model)`` to ``(batch, seq,
+d_model)``: one projection to queries, keys and values, the heads' mixing,
+and an output projection. The layers differ only in the mixing:
+
+=============  =====================================================================
+``"softmax"``  causal softmax attention through :func:`posenc.relative_attention`
+``"linear"``   kernel linear attention with ``1 + elu`` features and its denominator
+               (Katharopoulos et al., 2020; :func:`posenc.linear_attention`)
+``"norm"``     TransNormer's NormAttention: no denominator, an RMSNorm instead
+               (Qin et al., 2022; :func:`posenc.norm_attention`)
+``"diag"``     TransNormer's DiagAttention: softmax inside non-overlapping blocks
+               (:func:`diag_attention`)
+=============  =====================================================================
+
+Position enters through a :class:`Positions` record that the model fills from
+its position scheme (:class:`posenc.PositionScheme`) at every forward pass: a
+rotation of queries and keys, ALiBi slopes or a table of biases by distance,
+a sliding window, a per-query scale. Softmax layers take all of them; the
+other kinds take a rotation only (in linear attention the rotation acts on
+the features of the numerator, whose denominator must stay positive; Su,
+2021). Used alone, a layer built with ``rope=True`` rotates with
+:func:`posenc.apply_rope`.
+
+Tensors inside are ``(batch, heads, seq, head_dim)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import attention as _softmax_attention
+from .attention import relative_attention
+from .linear import (
+    _check_eps,
+    _check_method,
+    _check_positive_int,
+    _check_qkv,
+    feature_map,
+    linear_attention,
+    linear_attention_weights,
+    norm_attention,
+    rms_norm,
+)
+from .rope import apply_rope
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "Positions",
+    "block_diagonal_mask",
+    "diag_attention",
+    "SoftmaxAttention",
+    "LinearAttention",
+    "NormAttention",
+    "DiagAttention",
+    "attention_layer",
+]
+
+#: The attention kinds of :func:`attention_layer` (and ``TinyLM(attention=...)``).
+ATTENTION_KINDS = ("softmax", "linear", "norm", "diag")
+
+
+# ---------------------------------------------------------------------------
+# DiagAttention
+# ---------------------------------------------------------------------------
+
+
+def block_diagonal_mask(
+    seq_len: int, block_size: int, *, causal: bool = True, device: Optional[torch.device] = None
+) -> torch.Tensor:
+    """Boolean mask of DiagAttention: tokens attend within their own block only.
+
+    Blocks are ``[0, w), [w, 2w), ...`` (non-overlapping); when ``causal``,
+    also ``j <= i``.
+
+    Returns:
+        ``(seq_len, seq_len)`` bool, True = may attend.
+
+    >>> block_diagonal_mask(4, 2).int()
+    tensor([[1, 0, 0, 0],
+            [1, 1, 0, 0],
+            [0, 0, 1, 0],
+            [0, 0, 1, 1]], dtype=torch.int32)
+    """
+    _check_positive_int("block_size", block_size)
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
+        raise ValueError(f"seq_len must be an integer >= 0, got {seq_len!r}")
+    block = torch.arange(seq_len, device=device) // block_size
+    mask = block[:, None] == block[None, :]
+    if causal:
+        mask = mask & torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+    return mask
+
+
+def diag_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_size: int = 64,
+    causal: bool = True,
+    kind: str = "softmax",
+    *,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """DiagAttention of TransNormer (Qin et al., 2022, Sec. 4.3): attention inside blocks.
+
+    The sequence is cut into non-overlapping blocks of ``w = block_size``
+    tokens (the tail padded); each block attends only to itself, causally when
+    ``causal``, with queries scaled by ``1 / sqrt(d)``:
+
+    * ``kind="softmax"`` (TransNormer T2): softmax attention in each block,
+      through PyTorch's fused ``scaled_dot_product_attention``;
+    * ``kind="relu"`` (T1, ReLA of Zhang et al., 2021): weights
+      ``relu(q k^T / sqrt(d))``, then an RMSNorm (no gain) of each head's output.
+
+    Implemented by reshaping to ``(batch, heads, n / w, w, dim)``, so it costs
+    ``O(n w d)`` time and ``O(n w)`` memory, never an ``n x n`` matrix. The
+    softmax kind equals :func:`posenc.attention` with
+    ``mask=block_diagonal_mask(n, w)``.
+
+    Args:
+        q, k: ``(batch, heads, seq, dim)``; v: ``(batch, heads, seq, v_dim)``.
+        block_size: ``w >= 1`` (64 in the paper).
+        kind: ``"softmax"`` or ``"relu"``.
+        eps: of the RMSNorm of the ``"relu"`` kind.
+
+    Returns:
+        ``(batch, heads, seq, v_dim)``.
+    """
+    _check_qkv(q, k, v)
+    _check_positive_int("block_size", block_size)
+    if kind not in ("softmax", "relu"):
+        raise ValueError(f"kind must be 'softmax' or 'relu', got {kind!r}")
+    eps = _check_eps(eps)
+    b, h, n, d = q.shape
+    e = v.shape[-1]
+    if n == 0:
+        return v.new_zeros(b, h, 0, e)
+    w = min(block_size, n)
+    pad = (-n) % w
+    if pad:
+        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+    blocks = (n + pad) // w
+    scale = 1.0 / math.sqrt(d)
+    if kind == "softmax":
+        qb, kb, vb = (t.reshape(b, h * blocks, w, t.shape[-1]) for t in (q, k, v))
+        if causal:  # padded keys come after every real query: the causal mask hides them
+            out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale)
+        else:
+            valid = (torch.arange(blocks * w, device=q.device) < n).reshape(blocks, 1, w)
+            mask = valid.expand(h, blocks, 1, w).reshape(1, h * blocks, 1, w)
+            out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
+        return out.reshape(b, h, blocks * w, e)[:, :, :n]
+    qb, kb, vb = (t.reshape(b, h, blocks, w, t.shape[-1]) for t in (q, k, v))
+    weights = torch.relu(qb @ kb.transpose(-2, -1) * scale)  # padded keys are 0 -> weight 0
+    if causal:
+        weights = weights.tril()
+    out = (weights @ vb).reshape(b, h, blocks * w, e)[:, :, :n]
+    return rms_norm(out, eps)
+
+
+# ---------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Positions:
+    """What one attention layer needs to know about positions at the current length ``seq``.
+
+    Attributes:
+        rotate: queries and keys stacked ``(2, batch, heads, seq, head_dim)`` -> the same, or None.
+        slopes: ``(heads,)`` ALiBi slopes, or None.
+        table: ``(heads, seq)`` bias by distance ``0 .. seq-1``, or None.
+        window: causal sliding window, or None.
+        q_scale: ``(seq, 1)`` factors multiplying the queries (log-n scaling), or None.
+    """
+
+    rotate: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+    slopes: Optional[torch.Tensor] = None
+    table: Optional[torch.Tensor] = None
+    window: Optional[int] = None
+    q_scale: Optional[torch.Tensor] = None
+
+    @property
+    def softmax_only(self) -> bool:
+        """True if anything but a rotation is set (only softmax layers can apply it)."""
+        return any(x is not None for x in (self.slopes, self.table, self.window, self.q_scale))
+
+
+def _rotate_pair(pos: Positions, q: torch.Tensor, k: torch.Tensor):
+    if pos.rotate is None:
+        return q, k
+    q, k = pos.rotate(torch.stack((q, k)))
+    return q, k
+
+
+class _MultiHead(nn.Module):
+    """Shared projections: ``x (batch, seq, d_model)`` -> heads -> mix -> ``(batch, seq, d_model)``."""
+
+    kind = ""
+
+    def __init__(self, d_model: int, n_heads: int, *, causal: bool = True, rope: bool = False,
+                 rope_base: float = 10000.0, bias: bool = False, dropout: float = 0.0) -> None:
+        super().__init__()
+        _check_positive_int("d_model", d_model)
+        _check_positive_int("n_heads", n_heads)
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        if rope and self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
+        self.causal, self.rope, self.rope_base = bool(causal), bool(rope), float(rope_base)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.proj = nn.Linear(d_model, d_model, bias=bias)
+        self.drop = nn.Dropout(dropout)
+
+    def _own_positions(self) -> Positions:
+        if not self.rope:
+            return Positions()
+        return Positions(rotate=lambda qk: apply_rope(qk, None, self.rope_base))
+
+    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be (batch, seq, {self.d_model}), got {tuple(x.shape)}")
+        b, t, _ = x.shape
+        return self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, b, h, t, hd)
+
+    def _check_positions(self, pos: Positions) -> Positions:
+        if pos.softmax_only and self.kind != "softmax":
+            raise ValueError(f"a {self.kind!r} attention layer takes a rotation only; ALiBi slopes, distance "
+                             "biases, windows and log-n scaling need softmax attention")
+        return pos
+
+    def mix(self, qkv: torch.Tensor, pos: Positions) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def weights(self, qkv: torch.Tensor, pos: Positions) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, positions: Optional[Positions] = None,
+                weights: Optional[List[torch.Tensor]] = None) -> torch.Tensor:
+        """``x`` ``(batch, seq, d_model)`` -> ``(batch, seq, d_model)``.
+
+        ``positions`` default: this layer's own (RoPE if built with ``rope=True``).
+        ``weights``: a list to which the layer appends its ``(batch, heads, seq, seq)`` weights.
+        """
+        pos = self._check_positions(self._own_positions() if positions is None else positions)
+        qkv = self._qkv(x)
+        y = self.mix(qkv, pos)  # (batch, heads, seq, head_dim)
+        if weights is not None:
+            weights.append(self.weights(qkv, pos))
+        b, t, _ = x.shape
+        return self.drop(self.proj(y.transpose(1, 2).reshape(b, t, self.d_model)))
+
+    def attention_weights(self, x: torch.Tensor, positions: Optional[Positions] = None) -> torch.Tensor:
+        """The ``(batch, heads, seq, seq)`` matrix this layer applies to the values for input ``x``."""
+        pos = self._check_positions(self._own_positions() if positions is None else positions)
+        return self.weights(self._qkv(x), pos)
+
+
+class SoftmaxAttention(_MultiHead):
+    """Multi-head causal softmax attention through :func:`posenc.relative_attention`: the baseline.
+
+    Takes every kind of position: a rotation, ALiBi slopes, a bias by
+    distance, a window and log-n scaling (see :class:`Positions`).
+
+    Args:
+        d_model, n_heads: model width and number of heads.
+        causal: causal mask (non-causal: rotations only).
+        rope: used alone, rotate ``q`` and ``k`` with :func:`posenc.apply_rope`.
+        bias: biases in the projections.
+        dropout: on the output.
+    """
+
+    kind = "softmax"
+
+    def _inputs(self, qkv: torch.Tensor, pos: Positions):
+        if not self.causal and pos.softmax_only:
+            raise ValueError("biases, windows and log-n scaling are causal here: build the layer with causal=True")
+        if pos.rotate is not None:  # rotate (and scale) q and k in one pass
+            q, k = pos.rotate(qkv[:2])
+        else:
+            q, k = qkv[0], qkv[1]
+        if pos.q_scale is not None:
+            q = q * pos.q_scale.to(q.dtype)
+        return q, k, qkv[2]
+
+    def mix(self, qkv, pos):
+        q, k, v = self._inputs(qkv, pos)
+        if not self.causal:
+            return _softmax_attention(q, k, v, causal=False)
+        # a bias per distance (never stored as (heads, t, t)) and the window: the fused kernel,
+        # ALiBi folded into q and k, or query chunks
+        return relative_attention(q, k, v, slopes=pos.slopes, distance_bias=pos.table, window=pos.window)
+
+    def weights(self, qkv, pos):
+        q, k, v = self._inputs(qkv, pos)
+        if not self.causal:
+            return _softmax_attention(q, k, v, causal=False, return_weights=True)[1]
+        return relative_attention(q, k, v, slopes=pos.slopes, distance_bias=pos.table, window=pos.window,
+                                  return_weights=True)[1]
+
+
+def _denominator(fq: torch.Tensor, fk: torch.Tensor, causal: bool) -> torch.Tensor:
+    """``phi(q_i) . sum_{j (<= i)} phi(k_j)``, ``(batch, heads, seq)``."""
+    if causal:
+        return (fq * fk.cumsum(2)).sum(-1)
+    return (fq @ fk.sum(-2)[..., None]).squeeze(-1)
+
+
+class LinearAttention(_MultiHead):
+    """Multi-head kernel linear attention with the denominator (the "1 + elu" baseline).
+
+    A rotation acts on the features of the numerator only (Su, 2021): the
+    denominator keeps the unrotated features and stays positive
+    (:func:`posenc.rope_linear_attention`).
+
+    Args:
+        d_model, n_heads, causal, rope, bias, dropout: as in :class:`SoftmaxAttention`.
+        feature: feature map name (default ``"elu+1"``).
+        eps, method, chunk_size: see :func:`posenc.linear_attention`.
+    """
+
+    kind = "linear"
+
+    def __init__(self, d_model: int, n_heads: int, *, causal: bool = True, feature: str = "elu+1",
+                 rope: bool = False, eps: float = 1e-6, method: str = "chunked", chunk_size: int = 64,
+                 bias: bool = False, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, causal=causal, rope=rope, bias=bias, dropout=dropout)
+        feature_map(feature)
+        _check_method(method)
+        self.feature, self.eps = feature, _check_eps(eps)
+        self.method, self.chunk_size = method, _check_positive_int("chunk_size", chunk_size)
+
+    def mix(self, qkv, pos):
+        q, k, v = qkv
+        kw = dict(causal=self.causal, eps=self.eps, method=self.method, chunk_size=self.chunk_size)
+        if pos.rotate is None:
+            return linear_attention(q, k, v, feature=self.feature, **kw)
+        phi = feature_map(self.feature)
+        fq, fk = phi(q), phi(k)
+        rq, rk = _rotate_pair(pos, fq, fk)
+        num = linear_attention(rq, rk, v, feature=None, normalize=False, **kw)
+        return num / (_denominator(fq, fk, self.causal)[..., None] + self.eps)
+
+    def denominator(self, x: torch.Tensor) -> torch.Tensor:
+        """The denominators ``phi(q_i) . z_i`` (``z_i = sum_{j<=i} phi(k_j)`` when causal) for input ``x``.
+
+        Returns:
+            ``(batch, heads, seq)``, without the ``eps``. Prop. 3.1 of Qin et al.
+            (2022) is about these getting close to 0.
+        """
+        q, k, _ = self._qkv(x)
+        phi = feature_map(self.feature)
+        return _denominator(phi(q), phi(k), self.causal)
+
+    def weights(self, qkv, pos):
+        q, k, _ = qkv
+        if pos.rotate is None:
+            return linear_attention_weights(q, k, causal=self.causal, feature=self.feature, eps=self.eps)
+        phi = feature_map(self.feature)
+        fq, fk = phi(q), phi(k)
+        rq, rk = _rotate_pair(pos, fq, fk)
+        num, den = rq @ rk.transpose(-2, -1), fq @ fk.transpose(-2, -1)
+        if self.causal:
+            num, den = num.tril(), den.tril()
+        return num / (den.sum(-1, keepdim=True) + self.eps)
+
+
+class NormAttention(_MultiHead):
+    """TransNormer's NormAttention layer: ``RMSNorm(phi(Q) phi(K)^T V)`` (Qin et al., 2022, Eq. 11).
+
+    No denominator, no ``1/sqrt(d)``. The norm is over the concatenated heads
+    and has no gain, as in the authors' code; ``per_head=True`` normalises
+    each head separately and ``gain=True`` adds a learnable gain. A rotation
+    acts on ``phi(q)``, ``phi(k)`` (there is no denominator to protect).
+
+    Args:
+        d_model, n_heads, causal, rope, bias, dropout: as in :class:`SoftmaxAttention`.
+        feature: ``"elu+1"`` (T2) or ``"elu"`` (T1), or any name in :data:`posenc.FEATURE_MAPS`.
+        per_head, gain, eps: the RMSNorm.
+        method, chunk_size: see :func:`posenc.linear_attention`.
+    """
+
+    kind = "norm"
+
+    def __init__(self, d_model: int, n_heads: int, *, causal: bool = True, feature: str = "elu+1",
+                 per_head: bool = False, gain: bool = False, eps: float = 1e-6, rope: bool = False,
+                 method: str = "chunked", chunk_size: int = 64, bias: bool = False, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, causal=causal, rope=rope, bias=bias, dropout=dropout)
+        feature_map(feature)
+        _check_method(method)
+        self.feature, self.per_head, self.eps = feature, bool(per_head), _check_eps(eps)
+        self.method, self.chunk_size = method, _check_positive_int("chunk_size", chunk_size)
+        size = self.head_dim if per_head else d_model
+        self.gain = nn.Parameter(torch.ones(size)) if gain else None
+
+    def _features(self, qkv, pos):
+        phi = feature_map(self.feature)
+        return _rotate_pair(pos, phi(qkv[0]), phi(qkv[1]))
+
+    def mix(self, qkv, pos):
+        fq, fk = self._features(qkv, pos)
+        return norm_attention(fq, fk, qkv[2], causal=self.causal, feature=None, eps=self.eps,
+                              per_head=self.per_head, weight=self.gain, method=self.method,
+                              chunk_size=self.chunk_size)
+
+    def weights(self, qkv, pos):
+        """Raw scores ``phi(q_i) . phi(k_j)`` (before the norm; rows do not sum to 1)."""
+        fq, fk = self._features(qkv, pos)
+        return linear_attention_weights(fq, fk, causal=self.causal, feature=None, normalize=False)
+
+
+class DiagAttention(_MultiHead):
+    """TransNormer's DiagAttention layer: attention within non-overlapping blocks (:func:`diag_attention`).
+
+    Args:
+        d_model, n_heads, causal, rope, bias, dropout: as in :class:`SoftmaxAttention`.
+        block_size: block length ``w`` (64 in the paper).
+        kind: ``"softmax"`` (T2) or ``"relu"`` (T1).
+    """
+
+    kind = "diag"
+
+    def __init__(self, d_model: int, n_heads: int, *, causal: bool = True, block_size: int = 64,
+                 kind: str = "softmax", rope: bool = False, eps: float = 1e-6, bias: bool = False,
+                 dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, causal=causal, rope=rope, bias=bias, dropout=dropout)
+        if kind not in ("softmax", "relu"):
+            raise ValueError(f"kind must be 'softmax' or 'relu', got {kind!r}")
+        self.block_size, self.block_kind = _check_positive_int("block_size", block_size), kind
+        self.eps = _check_eps(eps)
+
+    def mix(self, qkv, pos):
+        q, k = _rotate_pair(pos, qkv[0], qkv[1])
+        return diag_attention(q, k, qkv[2], block_size=self.block_size, causal=self.causal,
+                              kind=self.block_kind, eps=self.eps)
+
+    def weights(self, qkv, pos):
+        """Block-diagonal weights (softmax probabilities, or ReLU scores before the norm)."""
+        q, k = _rotate_pair(pos, qkv[0], qkv[1])
+        mask = block_diagonal_mask(q.shape[-2], self.block_size, causal=self.causal, device=q.device)
+        if self.block_kind == "softmax":
+            return _softmax_attention(q, k, k, mask=mask, causal=self.causal, return_weights=True)[1]
+        scores = torch.relu(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+        return scores * mask
+
+
+_LAYERS = dict(softmax=SoftmaxAttention, linear=LinearAttention, norm=NormAttention, diag=DiagAttention)
+
+
+def attention_layer(kind: str, d_model: int, n_heads: int, **options) -> _MultiHead:
+    """The attention layer of ``kind`` (one of :data:`ATTENTION_KINDS`), built with ``options``.
+
+    >>> attention_layer("diag", 32, 4, block_size=16).block_size
+    16
+    """
+    if kind not in _LAYERS:
+        raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+    return _LAYERS[kind](d_model, n_heads, **options)

@@ -1,0 +1,296 @@
+"""Position schemes as small objects that a model composes.
+
+Every way of telling a Transformer where a token is acts in (at most) three
+places, and :class:`PositionScheme` has one hook for each:
+
+=====================================  =============================  ==========================
+hook                                   where it acts                  built-in schemes
+=====================================  =============================  ==========================
+``embed(x)``                           added to the token embeddings  learned, sinusoidal
+``rotate(qk)``                         rotates queries and keys       RoPE, xPos
+``distance_bias(length, ...)``         added to the logits by         ALiBi, KERPLE, Sandwich, T5
+                                       distance ``i - j``
+=====================================  =============================  ==========================
+
+A scheme overrides the hooks it needs and leaves the others alone; the model
+skips a hook that is not overridden. ``config()`` describes the scheme for the
+training cache (:func:`posenc.train`), and ``reset_parameters(generator)``
+draws its learned parameters, if it has any.
+
+Built-in schemes live in their topic modules (``posenc.rope.RoPE``,
+``posenc.alibi.ALiBi``, ...) and are registered under the names that
+``TinyLM(position="alibi")`` accepts (:data:`POSITION_SCHEMES`,
+:func:`position_scheme`). A scheme of your own is a subclass passed as an
+object, ``TinyLM(position=MyScheme(...))``::
+
+    class ExponentialDecay(pe.PositionScheme):
+        "Bias -log(1 + r_h d) with a learned rate per head (KERPLE's log kernel, r1 = 1)."
+
+        def __init__(self, n_heads):
+            super().__init__()
+            self.log_rate = torch.nn.Parameter(torch.zeros(n_heads))
+
+        def distance_bias(self, length, *, device, dtype):
+            d = torch.arange(length, device=device, dtype=dtype)      # distances 0 .. length-1
+            return -torch.log1p(self.log_rate.exp()[:, None] * d)      # (heads, length)
+
+A distance bias goes through :func:`posenc.relative_attention` (the fused
+kernel, no ``(heads, n, n)`` tensor) exactly like the built-in ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from typing import Any, Callable, ClassVar, Dict, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ._validate import check_int
+
+__all__ = ["PositionScheme", "NoPE", "POSITION_SCHEMES", "register_scheme", "position_scheme"]
+
+# name -> factory(**options) -> PositionScheme; filled by the topic modules on import
+_REGISTRY: Dict[str, Callable[..., "PositionScheme"]] = {}
+
+# the order in which the book meets the built-in schemes (registration order depends on imports)
+_BOOK_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "kerple_power", "kerple_log", "sandwich",
+               "xpos", "t5")
+
+#: The names accepted by ``TinyLM(position=...)``, in the book's order (the
+#: topic modules register them when ``posenc`` is imported).
+POSITION_SCHEMES: Tuple[str, ...] = ()
+
+
+def register_scheme(name: str, factory: Optional[Callable[..., "PositionScheme"]] = None):
+    """Register ``factory`` (a scheme class, or any callable returning a scheme) under ``name``.
+
+    Used as a decorator on a class (``@register_scheme("alibi")``) or called
+    with a factory (``register_scheme("kerple_log", partial(Kerple, kind="log"))``).
+    A name can be registered once.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a scheme name must be a non-empty string, got {name!r}")
+
+    def add(f: Callable[..., "PositionScheme"]):
+        global POSITION_SCHEMES
+        if name in _REGISTRY and _REGISTRY[name] is not f:
+            raise ValueError(f"a position scheme named {name!r} is already registered")
+        _REGISTRY[name] = f
+        POSITION_SCHEMES = tuple(sorted(_REGISTRY, key=lambda n: (_BOOK_ORDER.index(n) if n in _BOOK_ORDER
+                                                                  else len(_BOOK_ORDER))))
+        return f
+
+    return add if factory is None else add(factory)
+
+
+def position_scheme(position: Any, **options: Any) -> "PositionScheme":
+    """The scheme object for ``position``: a registered name (built with ``options``) or a scheme object.
+
+    >>> position_scheme("alibi").name
+    'alibi'
+    >>> position_scheme("rope", base=500.0).config()["base"]
+    500.0
+    """
+    if isinstance(position, PositionScheme):
+        if options:
+            raise ValueError(f"options {sorted(options)} are for a scheme given by name; "
+                             f"{type(position).__name__} is already built")
+        return position
+    if not isinstance(position, str) or position not in _REGISTRY:
+        raise ValueError(f"position must be one of {POSITION_SCHEMES} or a posenc.PositionScheme object, "
+                         f"got {position!r}")
+    factory = _REGISTRY[position]
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as err:
+        raise ValueError(f"position={position!r} takes the options "
+                         f"{_option_names(factory)}, got {sorted(options)} ({err})") from None
+    return factory(**options)
+
+
+def _option_names(factory: Callable[..., Any]) -> list:
+    try:
+        return [p for p, v in inspect.signature(factory).parameters.items()
+                if v.kind in (v.KEYWORD_ONLY, v.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return []
+
+
+_SIMPLE = (bool, int, float, str, type(None))
+
+
+def _is_simple(value: Any) -> bool:
+    if isinstance(value, _SIMPLE):
+        return True
+    return isinstance(value, (tuple, list)) and all(isinstance(v, _SIMPLE) for v in value)
+
+
+class PositionScheme(nn.Module):
+    """How a model knows where a token is: override the hooks your scheme needs.
+
+    The model calls :meth:`bind` once with its sizes (after which
+    ``self.d_model``, ``self.n_heads``, ``self.head_dim`` and ``self.n_layers``
+    are set), then, at every forward pass over ``seq`` tokens:
+
+    * :meth:`embed` on the token embeddings ``(batch, seq, d_model)``;
+    * :meth:`rotate` on queries and keys stacked as ``(2, batch, heads, seq, head_dim)``
+      in every attention layer;
+    * :meth:`distance_bias` once, for distances ``0 .. seq-1``: ``(heads, seq)``
+      shared by every layer, or ``(n_layers, heads, seq)``, one table per layer.
+      It is added to the logits of query ``i`` and key ``j`` at distance ``i - j``
+      (after the ``1/sqrt(head_dim)`` scale), through
+      :func:`posenc.relative_attention`.
+
+    A hook that is not overridden is skipped. ``max_len`` is the longest
+    sequence the scheme can run (``None``: any length).
+    """
+
+    #: The registered name of a built-in scheme; ``"custom"`` for yours.
+    name: ClassVar[str] = "custom"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d_model: Optional[int] = None
+        self.n_heads: Optional[int] = None
+        self.head_dim: Optional[int] = None
+        self.n_layers: Optional[int] = None
+        self.max_len: Optional[int] = None
+
+    # -------------------------------------------------------------- binding
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        """Learn the model's sizes (called once by the model; override to build tables or parameters).
+
+        Raises ``ValueError`` when the scheme cannot serve these sizes, or when
+        the object already belongs to a model of other sizes (a scheme holds its
+        model's parameters: build one object per model).
+        """
+        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
+            check_int(name, value)
+        sizes = (d_model, n_heads, n_layers)
+        if self.d_model is not None and (self.d_model, self.n_heads, self.n_layers) != sizes:
+            raise ValueError(f"this {type(self).__name__} object already belongs to a model with "
+                             f"(d_model, n_heads, n_layers) = {(self.d_model, self.n_heads, self.n_layers)}; "
+                             "build a new scheme object for each model")
+        self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
+        self.head_dim = d_model // n_heads
+
+    def _require_even_head_dim(self) -> None:
+        """For rotations: raise ``ValueError`` unless ``head_dim`` is even."""
+        if self.head_dim is not None and self.head_dim % 2:
+            raise ValueError(f"{self.name} rotates channel pairs: head_dim = d_model / n_heads must be even, "
+                             f"got {self.head_dim}")
+
+    # ---------------------------------------------------------------- hooks
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Absolute schemes: token embeddings ``(batch, seq, d_model)`` -> the same with positions added."""
+        return x
+
+    def rotate(self, qk: torch.Tensor) -> torch.Tensor:
+        """Rotations: queries and keys stacked ``(2, batch, heads, seq, head_dim)`` -> the same shape.
+
+        Query ``i`` and key ``j`` are at positions ``i`` and ``j`` of the
+        sequence (self-attention, equal lengths).
+        """
+        return qk
+
+    def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> Optional[torch.Tensor]:
+        """Additive logit bias for distances ``0 .. length-1``.
+
+        Returns ``(heads, length)`` (every layer) or ``(n_layers, heads, length)``
+        (a table per layer); ``None`` for no bias. Entry ``[h, d]`` is added to
+        the logit of every query-key pair at distance ``i - j = d`` of head ``h``.
+        """
+        return None
+
+    def slopes(self) -> Optional[torch.Tensor]:
+        """``(heads,)`` slopes ``m`` when the bias is exactly ``-m (i - j)`` (ALiBi), else ``None``.
+
+        With slopes, attention may fold the bias into the fused kernel instead
+        of reading a table (:func:`posenc.relative_attention`, path ``"fold"``).
+        """
+        return None
+
+    def config(self) -> Dict[str, Any]:
+        """What identifies this scheme in the training cache.
+
+        By default: the class, its public attributes that are numbers,
+        strings, booleans or tuples of them (so hyperparameters stored as
+        ``self.rate = rate`` count), and, for a class defined outside
+        ``posenc``, a hash of its source code and of its initial tensors, so
+        that editing the class or its starting values trains anew. Override to
+        add settings kept elsewhere.
+        """
+        cls = type(self)
+        out: Dict[str, Any] = {"scheme": self.name if cls.__module__.startswith("posenc.")
+                               else f"{cls.__module__}.{cls.__qualname__}"}
+        skip = {"training", "d_model", "n_heads", "head_dim", "n_layers"}
+        for key, value in vars(self).items():
+            if not key.startswith("_") and key not in skip and value is not None and _is_simple(value):
+                out[key] = list(value) if isinstance(value, tuple) else value
+        if not cls.__module__.startswith("posenc."):
+            try:
+                out["source"] = hashlib.sha256(inspect.getsource(cls).encode()).hexdigest()[:16]
+            except (OSError, TypeError):
+                pass  # no source to read (defined in a console): the attributes must do
+            if self._initial is not None:
+                out["initial"] = self._initial
+        return out
+
+    @property
+    def _initial(self) -> Optional[str]:
+        return self.__dict__.get("_initial_hash")
+
+    # ------------------------------------------------------ parameters
+
+    def snapshot(self) -> None:
+        """Remember the current tensors as the ones :meth:`reset_parameters` restores (the model calls it)."""
+        state = {k: v.detach().clone() for k, v in self.state_dict().items()}
+        self.__dict__["_initial_state"] = state
+        digest = hashlib.sha256()
+        for k in sorted(state):
+            digest.update(k.encode())
+            digest.update(state[k].cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+                          if state[k].numel() else b"")
+        self.__dict__["_initial_hash"] = digest.hexdigest()[:16] if state else None
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
+        """Re-draw learned parameters (from ``generator``); by default restore the initial values.
+
+        Built-in learned schemes draw from ``generator`` (reproducible with the
+        training seed). A scheme of yours keeps the values it was built with,
+        which enter :meth:`config`; override to draw them from ``generator``.
+        """
+        state = self.__dict__.get("_initial_state")
+        if state:
+            self.load_state_dict(state)
+
+    @property
+    def embeds(self) -> bool:
+        """True if :meth:`embed` is overridden."""
+        return type(self).embed is not PositionScheme.embed
+
+    @property
+    def rotates(self) -> bool:
+        """True if :meth:`rotate` is overridden."""
+        return type(self).rotate is not PositionScheme.rotate
+
+    @property
+    def biases(self) -> bool:
+        """True if :meth:`distance_bias` or :meth:`slopes` is overridden."""
+        return (type(self).distance_bias is not PositionScheme.distance_bias
+                or type(self).slopes is not PositionScheme.slopes)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k not in ("scheme", "source", "initial"))
+
+
+@register_scheme("none")
+class NoPE(PositionScheme):
+    """No position information (NoPE): the causal mask still leaks some (Haviv et al., 2022)."""
+
+    name = "none"
