@@ -1,6 +1,6 @@
 """Training throughput of the tiny model with each position scheme, relative to NoPE.
 
-For every scheme of :data:`posenc.model.POSITION_SCHEMES` and every training
+For every scheme of :data:`posenc.POSITION_SCHEMES` and every training
 length it times full training steps (forward, backward, AdamW update; bf16
 autocast on CUDA, as :func:`posenc.train` does) of the model of the running
 mode's preset (:func:`posenc.training_preset`) and reports tokens per second
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 import posenc as pe
-from posenc.model import POSITION_SCHEMES
+from posenc.scheme import POSITION_SCHEMES
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_throughput.csv"
 

@@ -222,3 +222,27 @@ def test_markov_optimal_nll():
     assert abs(chain.optimal_nll(*long)[:, 20:].mean().item() - chain.entropy_rate()) < 0.03
     with pytest.raises(ValueError):
         chain.optimal_nll(x, x)  # not shifted
+
+
+def test_lagged_copy_statistics_targets_and_optimal_loss():
+    task = pe.LaggedCopy(vocab_size=10, lag=3, p_copy=0.6)
+    x = task.sample(200, 200, torch.Generator().manual_seed(0))
+    assert x.shape == (200, 200) and x.dtype == torch.int64 and 0 <= x.min() and x.max() < 10
+    same = (x[:, 3:] == x[:, :-3]).double().mean().item()
+    assert abs(same - (0.6 + 0.4 / 10)) < 0.01  # copied, or redrawn and equal by chance
+    inputs, targets = task.batch(4, 12, torch.Generator().manual_seed(1))
+    assert (targets[:, :2] == pe.IGNORE_INDEX).all()  # x_1, x_2: nothing to copy yet
+    assert torch.equal(targets[:, 2:-1], inputs[:, 3:])  # targets are the next tokens
+    # the optimal loss is the cross-entropy of the true next-token distribution, measured on samples
+    seq = task.sample(400, 64, torch.Generator().manual_seed(2))
+    prev, nxt = seq[:, :-3], seq[:, 3:]
+    p = torch.where(nxt == prev, 0.6 + 0.4 / 10, 0.4 / 10)
+    assert abs(-p.log().mean().item() - task.optimal_loss()) < 0.02
+    assert pe.LaggedCopy(5, p_copy=1.0).optimal_loss() == 0.0
+    assert task.config == dict(kind="lagged_copy", vocab_size=10, lag=3, p_copy=0.6)
+
+
+@pytest.mark.parametrize("kwargs", [dict(vocab_size=1), dict(lag=0), dict(p_copy=1.5), dict(p_copy=True)])
+def test_lagged_copy_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        pe.LaggedCopy(**kwargs)

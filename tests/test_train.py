@@ -17,7 +17,7 @@ CHAIN = MarkovChain(vocab_size=6, order=1, alpha=0.2, seed=0)
 FAST = dict(steps=12, seq_len=16, batch_size=4, lr=3e-3, warmup=2, progress=False, device="cpu")
 
 
-def small_model(position: str = "rope", **kw) -> TinyLM:
+def small_model(position="rope", **kw) -> TinyLM:
     if position == "learned":
         kw.setdefault("max_len", 64)
     kw = dict(dict(d_model=16, n_layers=1, n_heads=2), **kw)
@@ -167,3 +167,65 @@ def test_return_attention():
     assert len(weights) == 2 and weights[0].shape == (2, 2, 12, 12)
     assert torch.allclose(weights[0].sum(-1), torch.ones(2, 2, 12), atol=1e-5)
     assert weights[1][..., 6:, :2].abs().max() == 0  # outside the window of 5
+
+
+def test_gradient_norms_are_recorded_before_clipping_and_cached():
+    clipped = T.train(small_model(), CHAIN, **dict(FAST, lr=1e-2), grad_clip=1e-3)
+    assert len(clipped.grad_norms) == FAST["steps"]
+    assert min(clipped.grad_norms) > 1e-3  # the recorded norm is the one before clipping
+    free = T.train(small_model(), CHAIN, **dict(FAST, lr=1e-2), grad_clip=None)
+    assert free.key != clipped.key and free.config["train"]["grad_clip"] is None
+    assert free.grad_norms[0] == pytest.approx(clipped.grad_norms[0])  # same first step, before any update
+    assert free.losses[-1] != clipped.losses[-1]  # clipping at 1e-3 changes the training
+    again = T.train(small_model(), CHAIN, **dict(FAST, lr=1e-2), grad_clip=None)
+    assert again.from_cache and again.grad_norms == free.grad_norms
+
+
+def test_gradient_norm_is_the_global_norm():
+    """One step with lr ~ 0: the recorded norm equals the norm of the gradients of the first batch's loss."""
+    result = T.train(small_model(), CHAIN, **dict(FAST, steps=1, warmup=0, lr=1e-12), cache=False)
+    model = small_model()
+    model.reset_parameters(generator=torch.Generator().manual_seed(0))
+    x, y = CHAIN.batch(FAST["batch_size"], FAST["seq_len"], torch.Generator().manual_seed(1))
+    model.loss(x, y).backward()
+    norm = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).norm().item()
+    assert result.grad_norms[0] == pytest.approx(norm, rel=1e-5)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan"), "1"])
+def test_bad_grad_clip(bad):
+    with pytest.raises(ValueError, match="grad_clip"):
+        T.train(small_model(), CHAIN, **FAST, grad_clip=bad)
+
+
+def test_linear_attention_model_trains_and_loads_from_cache():
+    """TransNormer's layout through the one trainer: cached like every other model."""
+    task = pe.LaggedCopy(vocab_size=6, lag=2, p_copy=0.9)
+    make = lambda: TinyLM(6, d_model=16, n_layers=2, n_heads=2, position="learned", max_len=32,
+                          attention=["diag", "norm"], ffn="glu", diag_block=8)
+    first = T.train(make(), task, **dict(FAST, steps=40, lr=1e-2))
+    assert sum(first.losses[-5:]) / 5 < sum(first.losses[:5]) / 5 - 0.2
+    assert first.config["model"]["attention"] == ["diag", "norm"]
+    again = T.train(make(), task, **dict(FAST, steps=40, lr=1e-2))
+    assert again.from_cache and again.losses == first.losses
+    other = T.train(TinyLM(6, d_model=16, n_layers=2, n_heads=2, position="learned", max_len=32,
+                           attention=["norm", "norm"], ffn="glu", diag_block=8), task, **dict(FAST, steps=40, lr=1e-2))
+    assert other.key != first.key
+
+
+class _Decay(pe.PositionScheme):
+    def __init__(self, rate):
+        super().__init__()
+        self.rate = rate
+
+    def distance_bias(self, length, *, device, dtype):
+        return -self.rate * torch.arange(length, device=device, dtype=dtype).expand(self.n_heads, length)
+
+
+def test_user_scheme_trains_and_its_settings_enter_the_cache_key():
+    first = T.train(small_model(_Decay(0.5)), CHAIN, **FAST)
+    again = T.train(small_model(_Decay(0.5)), CHAIN, **FAST)
+    other = T.train(small_model(_Decay(0.25)), CHAIN, **FAST)
+    assert again.from_cache and again.key == first.key
+    assert not other.from_cache and other.key != first.key
+    assert first.config["model"]["position"]["rate"] == 0.5

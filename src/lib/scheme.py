@@ -147,8 +147,13 @@ class PositionScheme(nn.Module):
     sequence the scheme can run (``None``: any length).
     """
 
-    #: The registered name of a built-in scheme; ``"custom"`` for yours.
+    #: The registered name of a built-in scheme; the class name for yours.
     name: ClassVar[str] = "custom"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
 
     def __init__(self) -> None:
         super().__init__()
