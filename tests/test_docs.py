@@ -57,3 +57,33 @@ def test_package_is_typed():
     from pathlib import Path
 
     assert (Path(pe.__file__).parent / "py.typed").exists()
+
+
+def test_imports_go_one_way():
+    """encodings -> attention -> layers -> model -> train; viz depends on nothing in the library."""
+    import ast
+    from pathlib import Path
+
+    rank = {"_validate": 0, "masks": 0, "runtime": 0, "data": 0, "scheme": 0,
+            "sinusoidal": 1, "rope": 1, "alibi": 1, "bias": 1, "xpos": 1,
+            "attention": 2, "linear": 2, "layers": 3, "model": 4, "train": 5, "exercises": 5, "viz": 0}
+    root = Path(pe.__file__).parent
+    modules = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    assert modules == set(rank), "every module needs a place in the order"
+    for name in modules:
+        tree = ast.parse((root / f"{name}.py").read_text())
+        imported = {node.module.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                     and node.level == 1 and node.module is None for alias in node.names}
+        if name == "viz":
+            assert not imported, f"viz imports {imported}"
+        for other in imported:
+            assert rank[other] <= rank[name], f"{name} imports {other}: against the one-way order"
+
+
+def test_modules_stay_small():
+    from pathlib import Path
+
+    for path in Path(pe.__file__).parent.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 630, f"{path.name} is over ~600 lines: split it by idea"

@@ -506,35 +506,15 @@ def python_docs(val_fraction: float = 0.1) -> CharCorpus:
     characters of English prose with some code for Python 3.11). Topics are
     joined in sorted order, so the corpus is deterministic for a given
     Python version (its name records the version). Nothing is downloaded.
-    Should a trimmed Python lack ``pydoc_data``, the docstrings of a fixed list
-    of standard-library modules are used instead (name ``"python-docstrings"``).
     """
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     try:
         from pydoc_data.topics import topics
-        text = "\n\n".join(topics[key].strip("\n") for key in sorted(topics))
-        name = f"python-{version}-docs"
-    except ImportError:  # pragma: no cover - pydoc_data is part of the standard library
-        import importlib
-        import inspect
-        parts = []
-        for mod_name in ("abc", "argparse", "collections", "contextlib", "csv", "dataclasses",
-                         "datetime", "decimal", "enum", "fractions", "functools", "heapq",
-                         "inspect", "itertools", "json", "logging", "math", "os", "pathlib",
-                         "random", "re", "shutil", "statistics", "string", "subprocess",
-                         "textwrap", "threading", "typing", "unittest", "urllib.parse"):
-            try:
-                mod = importlib.import_module(mod_name)
-            except ImportError:
-                continue
-            for _, obj in sorted(vars(mod).items()):
-                doc = inspect.getdoc(obj) if (inspect.isfunction(obj) or inspect.isclass(obj)) else None
-                if doc and getattr(obj, "__module__", None) == mod.__name__:
-                    parts.append(doc)
-            if mod.__doc__:
-                parts.append(mod.__doc__)
-        text = "\n\n".join(parts)
-        name = f"python-{version}-docstrings"
+    except ImportError as err:  # pragma: no cover - pydoc_data is part of the standard library
+        raise ValueError("this Python has no pydoc_data (a trimmed standard library): use "
+                         "pe.tiny_shakespeare() or pe.CharCorpus(your_text) instead") from err
+    text = "\n\n".join(topics[key].strip("\n") for key in sorted(topics))
+    name = f"python-{version}-docs"
     return CharCorpus(text, name=name, val_fraction=val_fraction)
 
 
