@@ -1,6 +1,10 @@
 """Tests for posenc.data: synthetic tasks and character corpora."""
 
+import hashlib
+import http.server
 import math
+import threading
+import time
 import urllib.error
 
 import pytest
@@ -163,40 +167,166 @@ def test_char_corpus_bad_arguments():
 # --------------------------------------------------------------------------- downloads
 
 
+BODY = b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 40
+BODY_SHA = hashlib.sha256(BODY).hexdigest()
+
+
+@pytest.fixture
+def server():
+    """A loopback HTTP server (127.0.0.1 only): ``routes[path](handler)`` answers, ``hits`` counts requests."""
+    routes, hits = {}, []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            hits.append(self.path)
+            try:
+                routes[self.path](self)
+            except OSError:  # the client gave up (deadline, test over): nothing to do
+                pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, kwargs=dict(poll_interval=0.05), daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", routes, hits
+    srv.shutdown()
+    srv.server_close()
+
+
+def reply(body=BODY, status=200, length=None, pause=0.0, ctype="text/plain"):
+    """A route sending ``body`` with ``Content-Length: length`` (default: the true length)."""
+    def route(handler):
+        handler.send_response(status)
+        handler.send_header("Content-Type", ctype)
+        handler.send_header("Content-Length", str(len(body) if length is None else length))
+        handler.end_headers()
+        handler.wfile.write(body[: len(body) // 2])
+        handler.wfile.flush()
+        time.sleep(pause)
+        handler.wfile.write(body[len(body) // 2:])
+    return route
+
+
 def test_download_offline_fails_clearly(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         raise urllib.error.URLError("no network")
 
     monkeypatch.setattr(D.urllib.request, "urlopen", offline)
-    with pytest.raises(RuntimeError, match="internet"):
+    with pytest.raises(RuntimeError, match=r"internet(.|\n)*pe\.python_docs\(\)"):
         D.tiny_shakespeare(root=tmp_path)
     assert not list(tmp_path.iterdir())  # nothing half-written left behind
 
 
-def test_download_checksums(tmp_path, monkeypatch):
-    monkeypatch.setattr(D.urllib.request, "urlopen", lambda *a, **k: pytest.fail("must not download"))
-    (tmp_path / "tinyshakespeare.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 5)
-    corpus = D.tiny_shakespeare(root=tmp_path)  # first use: records the checksum
-    record = (tmp_path / "tinyshakespeare.txt.sha256").read_text().strip()
-    assert len(record) == 64
-    assert corpus.text.startswith("First Citizen:")
-    D.tiny_shakespeare(root=tmp_path, sha256=record)  # explicit, matching
-    with pytest.raises(RuntimeError, match="SHA-256 mismatch"):
-        D.tiny_shakespeare(root=tmp_path, sha256="0" * 64)
+def test_download_correct_file_is_cached_and_not_fetched_again(tmp_path, server):
+    base, routes, hits = server
+    routes["/ok.txt"] = reply()
+    path = D._fetch(base + "/ok.txt", "ok.txt", BODY_SHA.upper(), tmp_path, timeout=5)
+    assert path == tmp_path / "ok.txt" and path.read_bytes() == BODY
+    assert D._fetch(base + "/ok.txt", "ok.txt", BODY_SHA, tmp_path, timeout=5) == path
+    assert hits == ["/ok.txt"]  # the second call used the cache
+    assert [p.name for p in tmp_path.iterdir()] == ["ok.txt"]
+
+
+def test_download_truncated_or_failed_response_leaves_nothing(tmp_path, server):
+    base, routes, hits = server
+    routes["/short.txt"] = reply(length=len(BODY) + 1000)  # the connection closes early
+    with pytest.raises(RuntimeError, match=f"ended after {len(BODY)} of its {len(BODY) + 1000} bytes"):
+        D._fetch(base + "/short.txt", "short.txt", BODY_SHA, tmp_path, timeout=5)
+    assert not list(tmp_path.iterdir())
+    routes["/missing.txt"] = reply(b"not found", status=404)
+    with pytest.raises(RuntimeError, match="404"):
+        D._fetch(base + "/missing.txt", "missing.txt", BODY_SHA, tmp_path, timeout=5)
+    assert not list(tmp_path.iterdir())
+
+
+def test_download_html_page_is_rejected_not_cached(tmp_path, server, monkeypatch):
+    base, routes, hits = server
+    routes["/input.txt"] = reply(b"<!DOCTYPE html><html><body>Sign in to the Wi-Fi</body></html>" * 20,
+                                 ctype="text/html")
+    monkeypatch.setattr(D, "_SHAKESPEARE_URL", base + "/input.txt")  # the pinned hash stays
+    for _ in range(2):  # nothing was cached, so the second call downloads (and rejects) again
+        with pytest.raises(RuntimeError, match=r"SHA-256(.|\n)*HTML(.|\n)*deleted"):
+            D.tiny_shakespeare(root=tmp_path, timeout=5)
+        assert not list(tmp_path.iterdir())
+    assert hits == ["/input.txt"] * 2
+
+
+def test_download_cached_file_with_wrong_hash_is_downloaded_again(tmp_path, server, monkeypatch):
+    base, routes, hits = server
+    routes["/input.txt"] = reply()
+    monkeypatch.setattr(D, "_SHAKESPEARE_URL", base + "/input.txt")
+    monkeypatch.setitem(D._SHA256, "tinyshakespeare.txt", BODY_SHA)
     (tmp_path / "tinyshakespeare.txt").write_text("tampered " * 50)
-    with pytest.raises(RuntimeError, match="SHA-256 mismatch"):
-        D.tiny_shakespeare(root=tmp_path)  # against the recorded checksum
-    with pytest.raises(ValueError):
-        D.tiny_shakespeare(root=tmp_path, sha256="not-a-hash")
-    with pytest.raises(ValueError):
+    corpus = D.tiny_shakespeare(root=tmp_path, timeout=5)
+    assert corpus.text.startswith("First Citizen:") and hits == ["/input.txt"]
+    assert (tmp_path / "tinyshakespeare.txt").read_bytes() == BODY
+    D.tiny_shakespeare(root=tmp_path, timeout=5)
+    assert hits == ["/input.txt"]  # now it is good, and cached
+
+
+def test_download_trickling_server_hits_the_deadline(tmp_path, server):
+    base, routes, hits = server
+
+    def trickle(handler):
+        handler.send_response(200)
+        handler.send_header("Content-Length", "100")
+        handler.end_headers()
+        for _ in range(30):  # at most ~9 s, whatever the client does
+            handler.wfile.write(b"x")
+            handler.wfile.flush()
+            time.sleep(0.3)
+
+    routes["/slow.txt"] = trickle
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"timeout=1 s(.|\n)*partial download was deleted"):
+        D._fetch(base + "/slow.txt", "slow.txt", "0" * 64, tmp_path, timeout=1.0)
+    assert time.monotonic() - start < 3
+    assert not list(tmp_path.iterdir())
+
+
+def test_download_concurrently_both_succeed(tmp_path, server):
+    base, routes, hits = server
+    routes["/both.txt"] = reply(pause=0.3)  # slow enough that the two downloads overlap
+    barrier, results = threading.Barrier(2), []
+
+    def work():
+        barrier.wait()
+        results.append(D._fetch(base + "/both.txt", "both.txt", BODY_SHA, tmp_path, timeout=5))
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results == [tmp_path / "both.txt"] * 2 and len(hits) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["both.txt"]  # no temporary files left
+    assert (tmp_path / "both.txt").read_bytes() == BODY
+
+
+def test_download_checksums_and_arguments(tmp_path, monkeypatch):
+    monkeypatch.setattr(D.urllib.request, "urlopen", lambda *a, **k: pytest.fail("must not download"))
+    assert set(D._SHA256) == {"tinyshakespeare.txt", "wikitext-2-raw-v1.zip", "wikitext-103-raw-v1.zip"}
+    assert all(len(h) == 64 and int(h, 16) >= 0 for h in D._SHA256.values())
+    (tmp_path / "tinyshakespeare.txt").write_bytes(BODY)  # placed by hand, accepted with its explicit hash
+    assert D.tiny_shakespeare(root=tmp_path, sha256=BODY_SHA).text.startswith("First Citizen:")
+    for bad in ("not-a-hash", "0" * 63, 123):
+        with pytest.raises(ValueError, match="64 hexadecimal"):
+            D.tiny_shakespeare(root=tmp_path, sha256=bad)
+    for bad in (0, -1.0, "300"):
+        with pytest.raises(ValueError, match="timeout"):
+            D.tiny_shakespeare(root=tmp_path, sha256=BODY_SHA, timeout=bad)
+    with pytest.raises(ValueError, match="'2' or '103'"):
         D.wikitext("42", root=tmp_path)
+    assert (tmp_path / "tinyshakespeare.txt").read_bytes() == BODY  # bad arguments touch nothing
 
 
 def test_cache_dir_follows_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
-    assert D.cache_dir("data") == tmp_path / "data"
+    assert pe.cache_dir("data") == tmp_path / "data"
     monkeypatch.delenv("POSENC_CACHE")
-    assert D.cache_dir().name == "posenc"
+    assert pe.cache_dir().name == "posenc"
 
 
 def test_exported():
@@ -246,3 +376,13 @@ def test_lagged_copy_statistics_targets_and_optimal_loss():
 def test_lagged_copy_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         pe.LaggedCopy(**kwargs)
+
+
+def test_relative_cache_folder_is_resolved_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("POSENC_CACHE", "rel-cache-test")
+    first = pe.cache_dir("runs")
+    assert first.is_absolute() and first == tmp_path / "rel-cache-test" / "runs"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert pe.cache_dir("runs") == first  # a later chdir does not move the cache

@@ -229,3 +229,67 @@ def test_user_scheme_trains_and_its_settings_enter_the_cache_key():
     assert again.from_cache and again.key == first.key
     assert not other.from_cache and other.key != first.key
     assert first.config["model"]["position"]["rate"] == 0.5
+
+
+# ---------------------------------------------------------------------------
+# The run cache never loses or blocks work
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbled", "other_run", "folder"])
+def test_unusable_cache_entry_is_reported_retrained_and_replaced(tmp_path, damage):
+    first = T.train(small_model(), CHAIN, **FAST)
+    path = tmp_path / "runs" / f"{first.key}.pt"
+    blob = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(blob[: len(blob) // 2])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "garbled":
+        path.write_bytes(bytes(reversed(blob)))
+    elif damage == "other_run":  # a valid file of another configuration under this key
+        other = T.train(small_model(), CHAIN, **dict(FAST, seed=3))
+        path.write_bytes((tmp_path / "runs" / f"{other.key}.pt").read_bytes())
+    else:
+        path.unlink()
+        path.mkdir()
+    with pytest.warns(RuntimeWarning, match=str(path.name)):
+        again = T.train(small_model(), CHAIN, **FAST)
+    assert not again.from_cache and again.losses == first.losses  # retrained, same numbers
+    if damage != "folder":
+        third = T.train(small_model(), CHAIN, **FAST)  # the entry was replaced: loads, no warning
+        assert third.from_cache and third.losses == first.losses
+
+
+def test_unwritable_cache_keeps_the_trained_model(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("POSENC_CACHE", str(blocker / "cache"))  # cannot be created
+    with pytest.warns(RuntimeWarning, match="could not write the run cache"):
+        result = T.train(small_model(), CHAIN, **FAST)
+    assert result.steps_run == FAST["steps"] and not result.model.training
+    assert not list(tmp_path.rglob("*.tmp*"))
+
+
+def test_no_home_directory_trains_without_cache(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.delenv("POSENC_CACHE", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    with pytest.warns(RuntimeWarning, match="no run cache"):
+        result = T.train(small_model(), CHAIN, **FAST)
+    assert result.steps_run == FAST["steps"]
+
+
+def test_stray_temporary_files_of_dead_writers_are_removed(tmp_path):
+    first = T.train(small_model(), CHAIN, **FAST)
+    runs = tmp_path / "runs"
+    dead = runs / f"{first.key}.pt.tmp999999999.deadbeef"   # no such process
+    dead.write_bytes(b"half a file")
+    T.train(small_model(), CHAIN, **FAST)
+    assert not dead.exists()
+    assert sorted(p.name for p in runs.iterdir()) == [f"{first.key}.pt"]

@@ -124,7 +124,6 @@ from .model import (
 from .data import (
     IGNORE_INDEX,
     CHARS,
-    cache_dir,
     MarkovChain,
     FirstTokenRetrieval,
     LaggedCopy,
@@ -147,6 +146,7 @@ from .runtime import (
     pick_device,
     running_mode,
     seed_everything,
+    cache_dir,
     SIZE_ENV,
 )
 
@@ -232,7 +232,6 @@ __all__ = [
     "TinyLM",
     "IGNORE_INDEX",
     "CHARS",
-    "cache_dir",
     "MarkovChain",
     "FirstTokenRetrieval",
     "LaggedCopy",
@@ -251,6 +250,7 @@ __all__ = [
     "pick_device",
     "running_mode",
     "seed_everything",
+    "cache_dir",
     "SIZE_ENV",
     "exercises",
     "viz",

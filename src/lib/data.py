@@ -28,18 +28,21 @@ Sources:
   friends), so no data has to be downloaded or bundled; it is deterministic
   for a given Python version. :func:`tiny_shakespeare` and :func:`wikitext`
   download classic corpora once into ``~/.cache/posenc/data`` (or
-  ``$POSENC_CACHE/data``) and check them by SHA-256.
+  ``$POSENC_CACHE/data``), checked against SHA-256 hashes pinned in the
+  library, within a deadline: a partial or wrong download is never cached.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import io
 import math
 import os
 import sys
+import tempfile
+import time
 import unicodedata
-import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -48,10 +51,11 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
+from .runtime import cache_dir
+
 __all__ = [
     "IGNORE_INDEX",
     "CHARS",
-    "cache_dir",
     "MarkovChain",
     "FirstTokenRetrieval",
     "LaggedCopy",
@@ -70,13 +74,6 @@ CHARS = "\n" + "".join(chr(c) for c in range(32, 127))
 _SPLITS = ("train", "validation")
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
-
-
-def cache_dir(sub: str = "") -> Path:
-    """``$POSENC_CACHE/sub`` if set, else ``~/.cache/posenc/sub`` (not created)."""
-    root = os.environ.get("POSENC_CACHE", "").strip()
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "posenc"
-    return base / sub if sub else base
 
 
 def _check_batch_args(batch_size: int, seq_len: int, split: str) -> None:
@@ -521,93 +518,93 @@ def python_docs(val_fraction: float = 0.1) -> CharCorpus:
 # ---------------------------------------------------------------------------
 # Optional downloads, cached and checksummed
 # ---------------------------------------------------------------------------
+# Hand-written, not pooch: pooch.HTTPDownloader has only a per-read timeout (a server trickling
+# a byte every 0.5 s kept pooch 1.9 busy past 20 s with timeout=2); _fetch has an overall deadline.
 
 _SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 _WIKITEXT_URL = "https://wikitext.smerity.com/wikitext-{version}-raw-v1.zip"
+# Pinned, from the "download_checksums" of huggingface/datasets, datasets/{tiny_shakespeare,wikitext}/dataset_infos.json
+_SHA256 = {"tinyshakespeare.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+           "wikitext-2-raw-v1.zip": "ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c615435a11",
+           "wikitext-103-raw-v1.zip": "91c00ae287f0d699e18605c84afc9e45c192bc6b7797ff8837e5474655a33794"}
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _fetch(url: str, filename: str, sha256: Optional[str], root: Optional[Path]) -> Path:
-    """Download ``url`` once into ``root/filename`` and verify its SHA-256.
-
-    If ``sha256`` is given the file must match it. If not, the hash of the
-    first download is recorded next to the file (``filename.sha256``) and
-    every later use is checked against that record (trust on first use).
+def _fetch(url: str, filename: str, sha256: Optional[str], root: Optional[Path],
+           timeout: float = 300.0, read_timeout: float = 30.0) -> Path:
+    """Download ``url`` once into ``root/filename``, which must have SHA-256 ``sha256`` (default: pinned in
+    ``_SHA256``); a cached file that does not is deleted and downloaded again (once per call). Each
+    download goes to a unique temporary file, must match its Content-Length and hash, then is renamed into place.
     """
-    if sha256 is not None and (not isinstance(sha256, str) or len(sha256) != 64
-                               or any(c not in "0123456789abcdef" for c in sha256.lower())):
+    sha256 = _SHA256.get(filename) if sha256 is None else sha256
+    if not (isinstance(sha256, str) and len(sha256) == 64 and all(c in "0123456789abcdef" for c in sha256.lower())):
         raise ValueError(f"sha256 must be 64 hexadecimal digits, got {sha256!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     root = Path(root) if root is not None else cache_dir("data")
-    path, record = root / filename, root / (filename + ".sha256")
-    if not path.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".part")
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
-                while True:
-                    chunk = response.read(1 << 20)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-        except (urllib.error.URLError, OSError) as err:
-            tmp.unlink(missing_ok=True)
-            raise RuntimeError(
-                f"could not download {url} ({err}). This corpus is optional and needs an internet "
-                f"connection the first time; offline, use posenc.python_docs() instead, or place "
-                f"the file at {path} yourself."
-            ) from err
-        tmp.replace(path)
-    actual = _sha256_file(path)
-    expected = sha256.lower() if sha256 is not None else (
-        record.read_text().strip() if record.exists() else None)
-    if expected is None:
-        record.write_text(actual + "\n")  # first use: remember what we got
-    elif actual != expected:
-        raise RuntimeError(
-            f"SHA-256 mismatch for {path}: expected {expected}, got {actual}. The file is corrupt "
-            f"or changed upstream; delete it (and {record.name}) to download it again."
-        )
+    path, expected = root / filename, sha256.lower()
+    if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == expected:
+        return path
+    path.unlink(missing_ok=True)  # stale, corrupt or wrong: delete it and download again
+    root.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{filename}.", suffix=".part", dir=root)
+    try:
+        deadline = time.monotonic() + timeout
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=min(read_timeout, timeout)) as response:
+            length = response.headers.get("Content-Length")
+            while chunk := response.read1(1 << 16):  # at most one socket read, so the deadline is checked often
+                out.write(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not finished within timeout={timeout:g} s")
+        data = Path(tmp).read_bytes()
+        if length is not None and len(data) != int(length):
+            raise ConnectionError(f"the response ended after {len(data)} of its {length} bytes")
+        if (actual := hashlib.sha256(data).hexdigest()) != expected:
+            html = " (an HTML page: a captive portal or login page?)" if data[:99].lstrip()[:1] == b"<" else ""
+            raise RuntimeError(f"the download of {url} has SHA-256 {actual}, expected {expected}{html}; "
+                               f"it was deleted, nothing was cached. Pass sha256= if the file changed upstream.")
+        os.replace(tmp, path)
+    except (OSError, http.client.HTTPException, ValueError) as err:  # URLError and timeouts are OSErrors
+        raise RuntimeError(f"could not download {url} ({err}); the partial download was deleted. The corpus needs "
+                           f"an internet connection the first time (on a slow one, pass a larger timeout=); "
+                           f"offline, use pe.python_docs() instead, or place the file at {path} yourself.") from err
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return path
 
 
 def tiny_shakespeare(*, sha256: Optional[str] = None, root: Optional[Path] = None,
-                     val_fraction: float = 0.1) -> CharCorpus:
+                     val_fraction: float = 0.1, timeout: float = 300.0) -> CharCorpus:
     """TinyShakespeare (about 1.1 million characters; Karpathy's char-rnn), downloaded once.
 
-    The file is cached in ``root`` (default ``~/.cache/posenc/data`` or
-    ``$POSENC_CACHE/data``). Pass ``sha256`` to pin the expected checksum;
-    without it the checksum of the first download is recorded and later
-    loads must match it.
+    The file is cached in ``root`` (default ``~/.cache/posenc/data`` or ``$POSENC_CACHE/data``)
+    and must match the SHA-256 pinned in the library (or ``sha256``, if given); a cached copy that
+    does not is deleted and downloaded again. ``timeout`` bounds the whole download, in seconds.
 
     Raises:
-        RuntimeError: offline on first use, or on a checksum mismatch.
+        ValueError: for a malformed ``sha256`` or ``timeout``.
+        RuntimeError: offline on first use, past ``timeout``, or if the download fails its checksum.
     """
-    path = _fetch(_SHAKESPEARE_URL, "tinyshakespeare.txt", sha256, root)
+    path = _fetch(_SHAKESPEARE_URL, "tinyshakespeare.txt", sha256, root, timeout)
     return CharCorpus(path.read_text(encoding="utf-8"), name="tinyshakespeare", val_fraction=val_fraction)
 
 
-def wikitext(version: str = "2", *, sha256: Optional[str] = None, root: Optional[Path] = None) -> CharCorpus:
+def wikitext(version: str = "2", *, sha256: Optional[str] = None, root: Optional[Path] = None,
+             timeout: Optional[float] = None) -> CharCorpus:
     """WikiText-2 or WikiText-103 (raw, Merity et al. 2017) as a character corpus, downloaded once.
 
     Uses the official ``wiki.train.raw`` as the training split and
-    ``wiki.valid.raw`` as the validation split. The zip (4.7 MB for
-    WikiText-2, about 190 MB for WikiText-103) is cached and checksummed as in
-    :func:`tiny_shakespeare`.
+    ``wiki.valid.raw`` as the validation split. The zip (4.7 MB for WikiText-2,
+    about 190 MB for WikiText-103) is cached and checked against its pinned
+    SHA-256 as in :func:`tiny_shakespeare`; ``timeout`` defaults to 300 s (1800 s for 103).
 
     Raises:
-        ValueError: if ``version`` is not ``"2"`` or ``"103"``.
-        RuntimeError: offline on first use, or on a checksum mismatch.
+        ValueError: if ``version`` is not ``"2"`` or ``"103"``, or as in :func:`tiny_shakespeare`.
+        RuntimeError: offline on first use, past ``timeout``, or if the download fails its checksum.
     """
     if version not in ("2", "103"):
         raise ValueError(f"version must be '2' or '103', got {version!r}")
-    path = _fetch(_WIKITEXT_URL.format(version=version), f"wikitext-{version}-raw-v1.zip", sha256, root)
+    timeout = (1800.0 if version == "103" else 300.0) if timeout is None else timeout
+    path = _fetch(_WIKITEXT_URL.format(version=version), f"wikitext-{version}-raw-v1.zip", sha256, root, timeout)
     with zipfile.ZipFile(path) as z:
         def read(split: str) -> str:
             return io.TextIOWrapper(z.open(f"wikitext-{version}-raw/wiki.{split}.raw"), encoding="utf-8").read()

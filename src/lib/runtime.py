@@ -1,21 +1,24 @@
-"""Where and how big: the device, the running mode, and seeds.
+"""Where and how big: the device, the running mode, seeds, and the cache folder.
 
 * :func:`pick_device` chooses CUDA, then Apple MPS, then the CPU.
 * :func:`running_mode` reads the ``POSENC_SIZE`` environment variable:
   ``small`` (seconds per model on a 2-core CPU; used by the tests and the book
   build) or ``full`` (bigger models and cleaner curves). Unset, it is ``full``
   when a CUDA GPU is present and ``small`` otherwise.
+* :func:`cache_dir` is where downloads and trained runs are kept.
 """
 
 from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
+from typing import Dict
 
 import numpy as np
 import torch
 
-__all__ = ["pick_device", "running_mode", "seed_everything", "SIZE_ENV"]
+__all__ = ["pick_device", "running_mode", "seed_everything", "cache_dir", "SIZE_ENV"]
 
 SIZE_ENV = "POSENC_SIZE"
 _MODES = ("small", "full")
@@ -51,3 +54,20 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     np.random.seed(seed)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+_RESOLVED: Dict[str, Path] = {}  # POSENC_CACHE as given -> the absolute folder it meant when first used
+
+
+def cache_dir(sub: str = "") -> Path:
+    """``$POSENC_CACHE/sub`` if set, else ``~/.cache/posenc/sub`` (not created); always absolute.
+
+    A relative ``POSENC_CACHE`` is resolved against the working directory of
+    its first use, once, so that a later ``os.chdir`` does not move the cache.
+    """
+    root = os.environ.get("POSENC_CACHE", "").strip()
+    if root:
+        base = _RESOLVED.setdefault(root, Path(root).expanduser().absolute())
+    else:
+        base = Path.home() / ".cache" / "posenc"
+    return base / sub if sub else base

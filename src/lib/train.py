@@ -13,7 +13,10 @@
   ``"small"`` mode, bigger models and longer training in ``"full"`` mode.
 
 The run cache lives in ``$POSENC_CACHE/runs`` if that variable is set, else in
-``~/.cache/posenc/runs``; delete it to retrain.
+``~/.cache/posenc/runs``; delete it to retrain. An entry is written
+atomically (a temporary file renamed into place) and checked when read: a
+truncated, garbled or mismatched entry is reported, retrained and replaced,
+and a cache that cannot be written costs a warning, never the trained model.
 """
 
 from __future__ import annotations
@@ -23,15 +26,18 @@ import json
 import math
 import os
 import time
+import uuid
+import warnings
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from .data import IGNORE_INDEX, cache_dir
+from .data import IGNORE_INDEX
 from .model import TinyLM
-from .runtime import pick_device, running_mode, seed_everything
+from .runtime import cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
     "TrainResult",
@@ -220,6 +226,65 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, disable=not enabled or static, leave=False, mininterval=1.0)
 
 
+def _stray_temporaries(path: Path) -> None:
+    """Remove temporary files of ``path`` left by writers that died (their process is gone)."""
+    for tmp in path.parent.glob(f"{path.name}.tmp*"):
+        pid = tmp.name[len(path.name) + 4:].split(".")[0]
+        alive = pid.isdigit() and int(pid) != os.getpid() and _process_alive(int(pid))
+        if not alive:
+            tmp.unlink(missing_ok=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, but not ours to signal
+        return True
+    return True
+
+
+def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.device) -> Optional[Dict[str, Any]]:
+    """The cached run at ``path`` loaded into ``model``, or None (absent, or unusable: warned, to be retrained)."""
+    try:
+        if path.is_dir():
+            raise ValueError("it is a folder")
+        _stray_temporaries(path)
+        if not path.exists():
+            return None
+        saved = torch.load(path, map_location=device, weights_only=True)
+        if not isinstance(saved, dict) or saved.get("config") != json.dumps(config, default=str):
+            raise ValueError("it holds another configuration")
+        losses, norms = [float(x) for x in saved["losses"]], [float(x) for x in saved["grad_norms"]]
+        steps = config["train"]["steps"]
+        if len(losses) != steps or len(norms) != steps:
+            raise ValueError(f"it records {len(losses)} steps, not {steps}")
+        model.load_state_dict(saved["state_dict"])
+        return dict(losses=losses, grad_norms=norms, seconds=float(saved["seconds"]))
+    except Exception as err:  # truncated, empty, garbled or mismatched: never trust it, never fail on it
+        warnings.warn(f"the cached run {path} cannot be used ({type(err).__name__}: {err}); "
+                      "training again, and the new result will replace it", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _save_run(path: Path, payload: Dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` atomically (a unique temporary file, then a rename); warn if impossible."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    except Exception as err:  # read-only folder, no home, full disk: keep the trained model, say so
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        warnings.warn(f"could not write the run cache {path} ({type(err).__name__}: {err}); the trained "
+                      "model is returned but will be trained again next time (set POSENC_CACHE to a writable "
+                      "folder to keep it)", RuntimeWarning, stacklevel=3)
+
+
 def train(
     model: TinyLM,
     data: Any,
@@ -299,15 +364,21 @@ def train(
                    log_n=(model.train_len, True) if model.log_n_scaling and model.train_len < seq_len else None),
     )
     key = run_key(config)
-    path = cache_dir("runs") / f"{key}.pt"
+    path: Optional[Path] = None
+    if cache:
+        try:
+            path = cache_dir("runs") / f"{key}.pt"
+        except (RuntimeError, KeyError, OSError) as err:  # e.g. no home directory to put ~/.cache in
+            warnings.warn(f"no run cache ({err}); training without one (set POSENC_CACHE to a writable folder)",
+                          RuntimeWarning, stacklevel=2)
+            cache = False
     model.to(device)
 
-    if cache and path.exists():
-        saved = torch.load(path, map_location=device, weights_only=True)
-        model.load_state_dict(saved["state_dict"])
-        model.eval()
-        return TrainResult(model, list(saved["losses"]), list(saved["grad_norms"]), True, 0,
-                           float(saved["seconds"]), key, config)
+    if cache:
+        saved = _load_run(path, config, model, device)
+        if saved is not None:
+            model.eval()
+            return TrainResult(model, saved["losses"], saved["grad_norms"], True, 0, saved["seconds"], key, config)
 
     seed_everything(seed)
     model.reset_parameters(generator=torch.Generator().manual_seed(seed))
@@ -343,12 +414,9 @@ def train(
     model.eval()
 
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        torch.save(dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
-                        config=json.dumps(config, default=str)), tmp)
-        tmp.replace(path)
+        _save_run(path, dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
+                             config=json.dumps(config, default=str)))
     return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
 
 
