@@ -33,6 +33,9 @@ def test_every_module_all_is_reexported():
     for module in MODULES:
         for name in getattr(module, "__all__", []):
             if module.__name__ not in ("posenc.viz", "posenc.exercises"):
+                if name in ("train", "attention"):  # the module, callable as its function
+                    assert getattr(pe, name) is importlib.import_module(f"posenc.{name}"), name
+                    continue
                 assert getattr(pe, name) is getattr(module, name), name
 
 
@@ -87,3 +90,20 @@ def test_modules_stay_small():
 
     for path in Path(pe.__file__).parent.glob("*.py"):
         assert len(path.read_text().splitlines()) <= 630, f"{path.name} is over ~600 lines: split it by idea"
+
+
+def test_train_and_attention_are_modules_callable_as_functions():
+    """``import posenc.train as m`` gives the module; ``pe.train(...)`` and ``pe.attention(...)`` still work."""
+    import types
+
+    import torch
+
+    import posenc.attention as att_module
+    import posenc.train as train_module
+
+    assert isinstance(train_module, types.ModuleType) and train_module is pe.train
+    assert isinstance(att_module, types.ModuleType) and att_module is pe.attention
+    assert hasattr(train_module, "evaluate_lengths") and hasattr(att_module, "relative_attention")
+    assert list(inspect.signature(pe.train).parameters)[:2] == ["model", "data"]
+    q = torch.randn(1, 2, 5, 4)
+    assert torch.equal(pe.attention(q, q, q), att_module.attention(q, q, q))

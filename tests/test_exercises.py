@@ -139,12 +139,63 @@ FUNCTIONS = {
 }
 
 
+class _LearnedALiBi(pe.PositionScheme):
+    """ALiBi with learned slopes, as the solution of chapter 9 writes it."""
+
+    def bind(self, *, d_model, n_heads, n_layers):
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        self.slope = torch.nn.Parameter(pe.alibi_slopes(n_heads))
+
+    def distance_bias(self, length, *, device, dtype):
+        return -self.slope.to(device, dtype)[:, None] * torch.arange(length, device=device, dtype=dtype)
+
+
+class _LogSlopes(pe.PositionScheme):
+    """The same bias with positive slopes learned through their logarithm, one table per layer."""
+
+    def bind(self, *, d_model, n_heads, n_layers):
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        self.log_slope = torch.nn.Parameter(pe.alibi_slopes(n_heads).log().repeat(n_layers, 1))
+
+    def distance_bias(self, length, *, device, dtype):
+        return -self.log_slope.exp()[..., None] * torch.arange(length, device=device, dtype=dtype)
+
+
+class _FrozenSlopes(_LearnedALiBi):
+    def bind(self, **sizes):
+        super().bind(**sizes)
+        self.slope.requires_grad_(False)
+
+
+class _WrongSign(_LearnedALiBi):
+    def distance_bias(self, length, *, device, dtype):
+        return -super().distance_bias(length, device=device, dtype=dtype)
+
+
+class _EvenSlopes(_LearnedALiBi):
+    def bind(self, **sizes):
+        super().bind(**sizes)
+        self.slope = torch.nn.Parameter(torch.linspace(1, 1 / self.n_heads, self.n_heads))
+
+
+class _NoBias(pe.PositionScheme):
+    def distance_bias(self, length, *, device, dtype):
+        return None
+
+
+#: exercise -> (right position schemes, wrong ones): classes, or objects
+SCHEMES = {
+    "9.3": ([_LearnedALiBi, _LearnedALiBi(), _LogSlopes],
+            [pe.alibi.ALiBi, pe.alibi.ALiBi(), _FrozenSlopes, _WrongSign, _EvenSlopes, _NoBias, pe.TinyLM]),
+}
+
+
 def _ids(table):
     return [(key, i) for key, (answers, _) in table.items() for i in range(len(answers))]
 
 
 def test_every_exercise_is_tested():
-    assert set(exercises()) == set(VALUES) | set(FUNCTIONS)
+    assert set(exercises()) == set(VALUES) | set(FUNCTIONS) | set(SCHEMES)
 
 
 def test_exercises_lists_one_line_each_in_order():
@@ -152,7 +203,7 @@ def test_exercises_lists_one_line_each_in_order():
     assert list(listing) == sorted(listing, key=lambda k: tuple(map(int, k.split("."))))
     assert all(title and "\n" not in title for title in listing.values())
     assert list(exercises(chapter=3)) == ["3.1", "3.2", "3.3", "3.4", "3.5"]
-    assert exercises(chapter=9) == {}
+    assert list(exercises(chapter=9)) == ["9.3"]
 
 
 def test_published_alibi_slopes():
@@ -189,6 +240,38 @@ def test_wrong_functions_fail(key, capsys):
     for answer in FUNCTIONS[key][1]:
         assert check(key, answer) is False
         assert capsys.readouterr().out.startswith(f"✗ {key}:")
+
+
+@pytest.mark.parametrize("key", sorted(SCHEMES))
+def test_right_schemes_pass(key, capsys):
+    for answer in SCHEMES[key][0]:
+        assert check(key, answer) is True, answer
+        out = capsys.readouterr().out
+        assert out.startswith(f"✓ {key}: correct for ") and out.count("\n") == 1
+
+
+@pytest.mark.parametrize("key", sorted(SCHEMES))
+def test_wrong_schemes_fail_with_a_hint(key, capsys):
+    for answer in SCHEMES[key][1]:
+        assert check(key, answer) is False, answer
+        out = capsys.readouterr().out
+        assert out.startswith(f"✗ {key}:") and out.count("\n") == 1
+        assert "Hint:" in out or "expected a posenc.PositionScheme" in out, out
+
+
+def test_scheme_checker_names_the_wrong_entry_and_leaves_the_readers_object_alone(capsys):
+    assert not check("9.3", _WrongSign)
+    out = capsys.readouterr().out
+    assert "head 0 at distance 1" in out and "too large" in out and "0.5" not in out
+    assert not check("9.3", _FrozenSlopes)
+    assert "does not depend on a learned torch.nn.Parameter" in capsys.readouterr().out
+    model = pe.TinyLM(8, 48, 1, 6, position=_LearnedALiBi())    # an object already in a model: its own sizes
+    with torch.no_grad():
+        model.position.slope.mul_(2)                           # "trained"
+    trained = model.position.slope.detach().clone()
+    assert check("9.3", model.position)
+    assert "correct for 1 model size." in capsys.readouterr().out
+    assert torch.equal(model.position.slope, trained) and model.position.n_heads == 6
 
 
 @pytest.mark.parametrize("key", sorted(exercises()))

@@ -265,3 +265,26 @@ def test_built_in_learned_schemes_draw_from_the_generator():
         assert pa and all(torch.equal(pa[k], pb[k]) for k in pa), name
         b.reset_parameters(torch.Generator().manual_seed(6))
         assert not all(torch.equal(pa[k], dict(b.position.named_parameters())[k]) for k in pa), name
+
+
+def _class_without_source(body: str):
+    """A scheme class defined as in a notebook cell: inspect.getsource cannot find its file."""
+    namespace = {"pe": pe, "torch": torch, "__name__": "__main__"}
+    exec(compile(f"class Cell(pe.PositionScheme):\n{body}", "<ipython-input-1>", "exec"), namespace)
+    return namespace["Cell"]
+
+
+def test_source_hash_of_a_class_defined_in_a_notebook_follows_its_code():
+    """Editing a method of a class whose source Python cannot read still changes the cache key."""
+    a = _class_without_source("    def distance_bias(self, length, *, device, dtype):\n"
+                              "        return -0.5 * torch.arange(length, device=device, dtype=dtype).expand(self.n_heads, length)\n")
+    b = _class_without_source("    def distance_bias(self, length, *, device, dtype):\n"
+                              "        return -0.25 * torch.arange(length, device=device, dtype=dtype).expand(self.n_heads, length)\n")
+    same = _class_without_source("    def distance_bias(self, length, *, device, dtype):\n"
+                                 "        return -0.5 * torch.arange(length, device=device, dtype=dtype).expand(self.n_heads, length)\n")
+    import inspect
+
+    with pytest.raises(OSError):
+        inspect.getsource(a)
+    keys = [model(cls()).config["position"]["source"] for cls in (a, b, same)]
+    assert keys[0] != keys[1] and keys[0] == keys[2]

@@ -257,3 +257,11 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# ``pe.train`` and ``pe.attention`` are their modules, callable as their functions: ``pe.train(model,
+# data)`` trains and ``import posenc.train as m`` gives the module (neither name shadows the other)
+import sys as _sys
+
+train = _sys.modules[__name__ + ".train"]  # noqa: F811
+attention = _sys.modules[__name__ + ".attention"]  # noqa: F811
+del _sys

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+import sys
+import types
+from typing import Any, Callable
 
 __all__: list = []  # private helpers
 
@@ -19,3 +22,22 @@ def check_even_dim(dim: Any, what: str) -> int:
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
         raise ValueError(f"{what} needs an even dimension >= 2, got dim={dim!r}")
     return dim
+
+
+def make_module_callable(module_name: str, function: Callable[..., Any]) -> None:
+    """Make the module ``module_name`` callable as ``function``.
+
+    ``posenc.train`` and ``posenc.attention`` are both a module (``import
+    posenc.train as m`` gives the module) and, called, their main function
+    (``pe.train(model, data)``), so neither name shadows the other.
+    """
+    module = sys.modules[module_name]
+
+    class _CallableModule(types.ModuleType):
+        __doc__ = module.__doc__
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs)
+
+    module.__class__ = _CallableModule
+    module.__signature__ = inspect.signature(function)  # help() and editors show the function's arguments

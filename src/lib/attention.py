@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_int
+from ._validate import check_int, make_module_callable
 from .masks import causal_mask
 
 __all__ = [
@@ -574,3 +574,7 @@ def log_length_scale(n: int, train_len: int, *, clamp: bool = True) -> float:
     check_int("train_len", train_len, low=2)
     factor = math.log(n) / math.log(train_len)
     return max(1.0, factor) if clamp else factor
+
+
+# ``import posenc.attention as m`` gives this module; ``pe.attention(...)`` calls the function
+make_module_callable(__name__, attention)

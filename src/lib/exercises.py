@@ -1,17 +1,18 @@
 """Answer checkers for the exercises at the end of every chapter.
 
-Exercises whose answer is a number, a few numbers or a function have a checker
-here, named by chapter and number (``"3.1"`` is exercise 1 of chapter 3).
-:func:`check` prints one line and returns ``True`` or ``False``::
+Exercises whose answer is a number, a few numbers, a function or a position
+scheme have a checker here, named by chapter and number (``"3.1"`` is
+exercise 1 of chapter 3). :func:`check` prints one line and returns ``True``
+or ``False``::
 
     answer = ...  # your answer
     pe.exercises.check("3.1", answer)    # 3.1: not answered yet (...)
 
 An answer may be a number (integers are compared exactly, other numbers with
-a tolerance chosen per exercise), a tuple or list of numbers, a tensor, or, for
-the exercises that ask for a formula, a *function*: it is then called on
-several inputs and compared with the library. :func:`exercises` lists what each
-checker expects.
+a tolerance chosen per exercise), a tuple or list of numbers, a tensor, a
+*function* for the exercises that ask for a formula (called on several inputs
+and compared with the library), or a position scheme (built into models of
+several sizes). :func:`exercises` lists what each checker expects.
 
 The expected values are not stored: they are computed with the library's own
 functions, or from the formula the chapter derives, when :func:`check` runs.
@@ -28,6 +29,7 @@ False
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from numbers import Real
@@ -41,13 +43,10 @@ from .bias import kerple_log_bias, t5_relative_buckets
 from .layers import block_diagonal_mask
 from .linear import linear_attention
 from .masks import relative_positions, sliding_window_mask
-from .rope import (
-    half_split_to_interleaved,
-    rope_decay_bound,
-    rope_frequencies,
-    rope_frequencies_ntk,
-    yarn_attention_factor,
-)
+from .model import TinyLM
+from .rope import (half_split_to_interleaved, rope_decay_bound, rope_frequencies, rope_frequencies_ntk,
+                   yarn_attention_factor)
+from .scheme import PositionScheme
 from .sinusoidal import sinusoidal_period_coverage, sinusoidal_wavelengths
 from .xpos import blockwise_causal_mask, xpos_scales
 
@@ -69,6 +68,7 @@ class _Exercise:
     inputs: Optional[Callable[[], List[tuple]]] = None  # argument tuples to try
     fn_rtol: float = 1e-6
     fn_atol: float = 1e-9
+    scheme: Optional[Callable[[Any], Tuple[bool, str]]] = None  # checks a position scheme answer
 
 
 # ---------------------------------------------------------------------------
@@ -304,6 +304,32 @@ def _mean_lookback() -> torch.Tensor:
     return (weights * delta).sum(-1)
 
 
+def _learned_alibi(answer: Any) -> Tuple[bool, str]:
+    # Chapter 9: a scheme with the bias -m_h d, m_h learned and starting at alibi_slopes(n_heads).
+    if not (isinstance(answer, PositionScheme) or isinstance(answer, type) and issubclass(answer, PositionScheme)):
+        return False, f"expected a posenc.PositionScheme subclass or object, got {_describe(answer)}"
+    hint, sizes = f"Hint: {_EXERCISES['9.3'].hint}", [(64, 4, 2), (48, 6, 1), (64, 8, 3), (16, 1, 1)]
+    sizes = sizes if isinstance(answer, type) else [(answer.d_model or 64, answer.n_heads or 4, answer.n_layers or 2)]
+    for d_model, heads, layers in sizes:
+        try:  # an object is copied (the reader's is left as it is); TinyLM checks the shape of the bias
+            scheme = answer() if isinstance(answer, type) else copy.deepcopy(answer)
+            scheme = TinyLM(8, d_model, layers, heads, position=scheme).position
+            bias = scheme.distance_bias(40, device=torch.device("cpu"), dtype=torch.float32)
+            expected = -alibi_slopes(heads)[:, None] * torch.arange(40)
+            wrong = ((bias.detach() - expected).abs() > 1e-5 + 1e-4 * expected.abs()).nonzero()
+        except Exception as err:  # the reader's class failed: report, don't raise
+            return False, f"with n_heads = {heads}: {type(err).__name__}: {err}. {hint}"
+        if len(wrong):
+            (*_, h, d), got = wrong[0].tolist(), bias.detach()[tuple(wrong[0])].item()
+            problem = _value_problem(got, expected[h, d].item(), 0.0, 0.0)
+            return False, f"with n_heads = {heads}, the bias of head {h} at distance {d}: {problem}. {hint}"
+        learned = [p for p in scheme.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(bias.sum(), learned, allow_unused=True) if learned and bias.requires_grad else []
+        if not any(g is not None and bool(g.abs().sum() > 0) for g in grads):
+            return False, f"the bias does not depend on a learned torch.nn.Parameter. {hint}"
+    return True, f" for {len(sizes)} model size{'s' * (len(sizes) > 1)}"
+
+
 _EXERCISES: Dict[str, _Exercise] = {
     # Chapter 1: why position matters
     "1.2": _Exercise(
@@ -508,6 +534,14 @@ _EXERCISES: Dict[str, _Exercise] = {
         signature="kept(n, w)", reference=_diag_fraction,
         inputs=lambda: [(1024, 16), (1024, 64), (1024, 256), (12, 3), (8, 8), (6, 1), (100, 10)],
     ),
+    # Chapter 9: summary
+    "9.3": _Exercise(
+        title="a PositionScheme subclass or object: ALiBi's bias -m_h (i - j), m_h learned, starting at ALiBi's",
+        confirm="The slopes start as ALiBi's and now train with the model.",
+        hint="create a torch.nn.Parameter of n_heads slopes in bind() (self.n_heads is known there), "
+             "starting at pe.alibi_slopes(self.n_heads); distance_bias returns -slope[:, None] * d.",
+        scheme=_learned_alibi,
+    ),
 }
 
 
@@ -545,8 +579,8 @@ def check(exercise: str, answer: Any) -> bool:
 
     Args:
         exercise: ``"chapter.number"``, e.g. ``"3.1"`` (see :func:`exercises`).
-        answer: a number, a tuple or list of numbers, a tensor, or a function,
-            as the exercise asks. ``...`` or ``None`` means "not answered yet".
+        answer: a number, a tuple or list of numbers, a tensor, a function or a
+            position scheme, as the exercise asks. ``...`` or ``None`` means "not answered yet".
             A function is called on several inputs and compared with the
             library; its exceptions are reported, not raised.
 
@@ -568,7 +602,9 @@ def check(exercise: str, answer: Any) -> bool:
     if answer is None or answer is Ellipsis:
         print(f"{exercise}: not answered yet (replace ... by your answer).")
         return False
-    if callable(answer) and not isinstance(answer, torch.Tensor):
+    if ex.scheme is not None:
+        ok, message = ex.scheme(answer)
+    elif callable(answer) and not isinstance(answer, torch.Tensor):
         if ex.signature is None:
             ok, message = False, f"expected {_expected_in_words(ex)}, got a function"
         else:

@@ -118,6 +118,42 @@ def _option_names(factory: Callable[..., Any]) -> list:
         return []
 
 
+def _code_text(code: Any) -> str:
+    """The bytecode, constants and names of a code object, nested ones included (when no source is at hand)."""
+    consts = [_code_text(c) if inspect.iscode(c) else repr(c) for c in code.co_consts]
+    return repr((code.co_code, consts, code.co_names, code.co_varnames))
+
+
+def _source_hash(cls: type) -> str:
+    """16 hex digits of the SHA-256 of the code of ``cls`` and of its user-defined bases.
+
+    The class's source where Python can find it; otherwise (a class defined in
+    a notebook cell or a console, where ``inspect.getsource`` fails) the source
+    or bytecode of each of its functions, so that an edited method still
+    changes the hash.
+    """
+    digest = hashlib.sha256()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith(("posenc", "torch", "builtins")):
+            continue
+        try:
+            digest.update(inspect.getsource(klass).encode())
+            continue
+        except (OSError, TypeError):
+            pass
+        for name, value in sorted(vars(klass).items()):
+            function = getattr(value, "__func__", getattr(value, "fget", value))  # methods, properties
+            code = getattr(function, "__code__", None)
+            if code is None:
+                continue
+            try:
+                text = inspect.getsource(function)
+            except (OSError, TypeError):
+                text = _code_text(code)
+            digest.update(f"{name}\n{text}".encode())
+    return digest.hexdigest()[:16]
+
+
 _SIMPLE = (bool, int, float, str, type(None))
 
 
@@ -237,10 +273,7 @@ class PositionScheme(nn.Module):
             if not key.startswith("_") and key not in skip and value is not None and _is_simple(value):
                 out[key] = list(value) if isinstance(value, tuple) else value
         if not cls.__module__.startswith("posenc."):
-            try:
-                out["source"] = hashlib.sha256(inspect.getsource(cls).encode()).hexdigest()[:16]
-            except (OSError, TypeError):
-                pass  # no source to read (defined in a console): the attributes must do
+            out["source"] = _source_hash(cls)
             if self._initial is not None:
                 out["initial"] = self._initial
         return out

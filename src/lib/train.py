@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from .data import IGNORE_INDEX
 from .model import TinyLM
+from ._validate import make_module_callable
 from .runtime import cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
@@ -517,3 +518,7 @@ def evaluate_lengths(
         out[n] = LengthResult(n, loss, math.exp(min(loss, 700.0)), correct / tokens, tokens, position_loss)
     model.train(was_training)
     return out
+
+
+# ``import posenc.train as m`` gives this module; ``pe.train(...)`` calls the function
+make_module_callable(__name__, train)
