@@ -386,3 +386,24 @@ def test_relative_cache_folder_is_resolved_once(tmp_path, monkeypatch):
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert pe.cache_dir("runs") == first  # a later chdir does not move the cache
+
+
+@pytest.mark.parametrize("alpha", [1e-4, 1e-8, 1e-30])
+def test_markov_chain_with_tiny_alpha_has_valid_rows(alpha):
+    chain = D.MarkovChain(vocab_size=6, order=2, alpha=alpha, seed=0)
+    p = chain.transitions
+    assert torch.isfinite(p).all() and (p >= 0).all() and torch.allclose(p.sum(-1), torch.ones(36, dtype=torch.float64))
+    x, y = chain.batch(3, 40, torch.Generator().manual_seed(0))
+    nll = chain.optimal_nll(x, y)
+    assert torch.isfinite(nll).all() and math.isfinite(chain.entropy_rate())
+
+
+def test_log_space_dirichlet_has_the_dirichlet_moments():
+    """E p_i = 1/V and Var p_i = (1/V)(1 - 1/V) / (V alpha + 1) for a symmetric Dirichlet."""
+    import numpy as np
+
+    v, alpha = 5, 0.3
+    p = D._dirichlet_log_space(np.random.RandomState(0), alpha, 40000, v)
+    assert np.allclose(p.sum(1), 1.0)
+    assert np.allclose(p.mean(0), 1 / v, atol=0.005)
+    assert np.allclose(p.var(0), (1 / v) * (1 - 1 / v) / (v * alpha + 1), rtol=0.05)

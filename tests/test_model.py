@@ -220,3 +220,14 @@ def test_bad_inputs():
         model.window = -1
     with pytest.raises(ValueError):
         TinyLM(0)
+
+
+def test_token_ids_outside_the_vocabulary():
+    model = make("rope")
+    for bad in (V, -1, 10 * V):
+        idx = tokens(T)
+        idx[0, 3] = bad
+        with pytest.raises(ValueError, match=r"token ids must be in \[0, 11\)"):
+            model(idx)
+    with pytest.raises(ValueError, match="at least one token"):
+        model(torch.zeros(2, 0, dtype=torch.long))

@@ -94,6 +94,18 @@ def _check_generator(generator: Optional[torch.Generator]) -> None:
 # ---------------------------------------------------------------------------
 
 
+def _dirichlet_log_space(rng: np.random.RandomState, alpha: float, rows: int, size: int) -> np.ndarray:
+    """``rows`` draws of a symmetric Dirichlet(``alpha``) over ``size`` values, exact for any ``alpha > 0``.
+
+    ``Gamma(a) = Gamma(a + 1) U^(1/a)`` (Marsaglia & Tsang), so ``log G = log
+    Gamma(a + 1) + log(U) / a`` is finite even where ``G`` underflows, and a
+    softmax of the logs normalises.
+    """
+    log_g = np.log(rng.gamma(alpha + 1.0, size=(rows, size))) + np.log(rng.uniform(size=(rows, size))) / alpha
+    g = np.exp(log_g - log_g.max(axis=1, keepdims=True))
+    return g / g.sum(axis=1, keepdims=True)
+
+
 class MarkovChain:
     """A random order-``k`` Markov chain over ``vocab_size`` tokens (an n-gram source).
 
@@ -127,7 +139,11 @@ class MarkovChain:
             raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
         self.vocab_size, self.order, self.alpha, self.seed = vocab_size, order, float(alpha), seed
         rng = np.random.RandomState(seed)
-        probs = rng.dirichlet(np.full(vocab_size, self.alpha), size=vocab_size ** order)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            probs = rng.dirichlet(np.full(vocab_size, self.alpha), size=vocab_size ** order)
+        bad = ~np.isfinite(probs).all(axis=1) | ~np.isclose(probs.sum(axis=1), 1.0)
+        if bad.any():  # tiny alpha: every gamma draw of a row underflows (0 / 0); draw in log space instead
+            probs[bad] = _dirichlet_log_space(rng, self.alpha, int(bad.sum()), vocab_size)
         #: ``(V**k, V)`` float64 transition table; row ``c`` is ``P(. | context c)``,
         #: with context index ``c = sum_j x_{t-k+j} V^(k-1-j)`` (oldest token most significant).
         self.transitions = torch.from_numpy(probs)

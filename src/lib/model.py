@@ -354,6 +354,9 @@ class TinyLM(nn.Module):
                              f"{tuple(getattr(idx, 'shape', ()))} {getattr(idx, 'dtype', type(idx).__name__)}")
         if idx.shape[1] < 1:
             raise ValueError("idx must hold at least one token")
+        if bool(((idx < 0) | (idx >= self.vocab_size)).any()):  # one check, not an IndexError (or a CUDA assert)
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}) (vocab_size), got values from "
+                             f"{int(idx.min())} to {int(idx.max())}")
         x = self.tok(idx)  # (batch, seq, d_model)
         if self.position.embeds:
             x = self.position.embed(x)
