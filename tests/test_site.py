@@ -178,3 +178,23 @@ def test_chapter_sliders_move_and_change_the_figure(visit, path):
         assert after["active"] != before["active"], f"slider {index} on {path} did not move"
         assert after["visible"] != before["visible"], f"slider {index} on {path} did not change the figure"
     assert v.errors == []
+
+
+EXERCISE_CHAPTERS = [p for p in CHAPTERS if "appendix" not in p]
+
+
+@pytest.mark.parametrize("path", EXERCISE_CHAPTERS or ["chapters/none.html"])
+def test_exercise_answers_stay_hidden_until_the_solution_is_opened(visit, path):
+    """A checked answer ("✓ 1.2: correct ...") and the numbers a solution prints show only once opened."""
+    page = visit(path).page
+    answers = page.get_by_text(re.compile(r"✓ \d+\.\d+: correct"))
+    assert answers.count() >= 1, f"{path} shows no checked answer at all"
+    shown = [answers.nth(i).inner_text()[:60] for i in range(answers.count()) if answers.nth(i).is_visible()]
+    assert shown == [], f"{path} shows answers before any solution is opened: {shown}"
+    toggles = page.locator("div.tag_hide-cell summary")
+    assert toggles.count() >= answers.count()
+    for i in range(toggles.count()):
+        toggles.nth(i).scroll_into_view_if_needed()
+        toggles.nth(i).click()
+    page.wait_for_timeout(200)
+    assert all(answers.nth(i).is_visible() for i in range(answers.count())), f"{path}: an answer does not open"
