@@ -2,6 +2,7 @@
 
 import importlib
 import math
+import os
 
 import pytest
 import torch
@@ -293,3 +294,17 @@ def test_stray_temporary_files_of_dead_writers_are_removed(tmp_path):
     T.train(small_model(), CHAIN, **FAST)
     assert not dead.exists()
     assert sorted(p.name for p in runs.iterdir()) == [f"{first.key}.pt"]
+
+
+def test_cached_hybrid_loads_whatever_the_hash_seed(tmp_path):
+    """The config of a model with several attention kinds is saved and compared independently of key order."""
+    import subprocess
+    import sys
+
+    code = ("import posenc as pe; t = pe.LaggedCopy(6); m = pe.TinyLM(6, 16, 2, 2, 'learned', max_len=32, "
+            "attention=['diag', 'norm'], diag_block=8); r = pe.train(m, t, steps=3, seq_len=16, batch_size=2, "
+            "progress=False, device='cpu'); print(r.from_cache)")
+    env = dict(os.environ, POSENC_CACHE=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=dict(env, PYTHONHASHSEED=seed),
+                           capture_output=True, text=True, timeout=120) for seed in ("1", "2", "3")]
+    assert [r.stdout.strip() for r in runs] == ["False", "True", "True"], [r.stderr[-500:] for r in runs]

@@ -188,7 +188,7 @@ class TinyLM(nn.Module):
             self._config["ffn"] = ffn
         options: Dict[str, Dict[str, Any]] = dict(linear=dict(feature=feature), norm=dict(feature=feature),
                                                   diag=dict(block_size=diag_block), softmax={})
-        for kd in set(kinds):
+        for kd in sorted(set(kinds)):
             self._config.update({f"{kd}_{k}": v for k, v in options[kd].items()})
 
         self.tok = nn.Embedding(vocab_size, d_model)

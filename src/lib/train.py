@@ -255,7 +255,8 @@ def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.d
         if not path.exists():
             return None
         saved = torch.load(path, map_location=device, weights_only=True)
-        if not isinstance(saved, dict) or saved.get("config") != json.dumps(config, default=str):
+        if not isinstance(saved, dict) or json.loads(saved.get("config", "null")) != json.loads(
+                json.dumps(config, default=str)):  # compared as data: key order does not matter
             raise ValueError("it holds another configuration")
         losses, norms = [float(x) for x in saved["losses"]], [float(x) for x in saved["grad_norms"]]
         steps = config["train"]["steps"]
@@ -417,7 +418,7 @@ def train(
     if cache:
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         _save_run(path, dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
-                             config=json.dumps(config, default=str)))
+                             config=json.dumps(config, default=str, sort_keys=True)))
     return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
 
 
