@@ -331,3 +331,119 @@ def test_rotation_with_fixed_and_broadcast_tables(interleaved):
         got, = torch.autograd.grad(fused, x, dy)
         want, = torch.autograd.grad(reference, x, dy)
         assert torch.allclose(got, want, atol=1e-12)
+
+
+# --- RotaryEmbedding / RoPE scheme: cache safety, inference mode, input rules ---------------------
+
+
+def test_cos_sin_copies_cannot_corrupt_the_cache():
+    rope = pe.RotaryEmbedding(8)
+    q, k = torch.randn(2, 1, 6, 8), torch.randn(2, 1, 6, 8)
+    before = rope(q, k)
+    cos, sin = rope.cos_sin(6)
+    cos.fill_(7.0)
+    sin.zero_()
+    for got, want in zip(rope(q, k), before):
+        assert torch.equal(got, want)
+    assert torch.equal(rope.rotate_stacked(torch.stack((q, k)))[0], before[0])
+    assert torch.equal(rope.cos_sin(6)[0], pe.rope_cos_sin(torch.arange(6), 8)[0])
+
+
+@pytest.mark.parametrize("make", ["module", "scheme"])
+def test_cache_filled_under_inference_mode_still_trains(make):
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 2, 5, 8, generator=g), torch.randn(2, 2, 5, 8, generator=g)
+    if make == "module":
+        rope = pe.RotaryEmbedding(8)
+        rotate = lambda a, b: rope(a, b)  # noqa: E731
+    else:
+        rope = pe.RoPE()
+        rope.bind(d_model=16, n_heads=2, n_layers=1)
+        rotate = lambda a, b: tuple(rope.rotate(torch.stack((a, b))))  # noqa: E731
+    with torch.inference_mode():
+        served = rotate(q, k)
+    qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+    rq, rk = rotate(qg, kg)
+    (rq * rk).sum().backward()
+    assert torch.equal(rq.detach(), served[0])
+    # the gradient of sum(R q * R k) w.r.t. q is R^T R k = k for the same rotation at each position
+    assert torch.allclose(qg.grad, k, atol=1e-5) and torch.allclose(kg.grad, q, atol=1e-5)
+
+
+def test_module_built_under_inference_mode_trains():
+    with torch.inference_mode():
+        rope = pe.RotaryEmbedding(8, inv_freq=pe.rope_frequencies_ntk(8, 10000, 2))
+        rope(torch.randn(1, 3, 8), torch.randn(1, 3, 8))
+    q = torch.randn(1, 3, 8, requires_grad=True)
+    rope(q, q)[0].sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_rotary_embedding_batch_positions_equal_heads():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 2, 3, 8, generator=g, dtype=torch.float64), torch.randn(2, 2, 5, 8, generator=g,
+                                                                                   dtype=torch.float64)
+    pos = torch.tensor([[0, 1, 2, 3, 4], [50, 60, 70, 80, 90]])
+    rq, rk = pe.RotaryEmbedding(8)(q, k, positions=pos)
+    for b in range(2):
+        for h in range(2):
+            assert torch.allclose(rq[b, h], pe.apply_rope(q[b, h], pos[b, 2:]), atol=1e-12)
+            assert torch.allclose(rk[b, h], pe.apply_rope(k[b, h], pos[b]), atol=1e-12)
+    with pytest.raises(ValueError, match="do not fit"):
+        pe.RotaryEmbedding(8)(q, k, positions=torch.zeros(3, 5))
+
+
+def test_rotary_embedding_empty_and_meta():
+    rope = pe.RotaryEmbedding(8)
+    rq, rk = rope(torch.randn(1, 2, 0, 8), torch.randn(1, 2, 0, 8))
+    assert rq.shape == rk.shape == (1, 2, 0, 8)
+    k = torch.randn(1, 2, 4, 8)
+    rq, rk = rope(torch.randn(1, 2, 0, 8), k)  # no queries, four keys
+    assert rq.shape == (1, 2, 0, 8) and torch.equal(rk, pe.apply_rope(k))
+    assert rope.cos_sin(0)[0].shape == (0, 8)
+    assert rope.rotate_stacked(torch.randn(2, 1, 1, 0, 8)).shape == (2, 1, 1, 0, 8)
+    m = torch.empty(2, 2, 5, 8, device="meta")
+    assert all(t.shape == m.shape and t.device.type == "meta" for t in rope(m, m))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(dim=8, attention_factor=float("inf")), "attention_factor"),
+    (dict(dim=8, attention_factor=float("nan")), "attention_factor"),
+    (dict(dim=8, inv_freq=torch.tensor([1.0, 2.0, float("nan"), 1.0])), "inv_freq"),
+    (dict(dim=8, base=float("inf")), "base"),
+    (dict(dim=8.0), "even"),
+])
+def test_rotary_embedding_validates_at_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pe.RotaryEmbedding(**kwargs)
+
+
+def test_rotary_embedding_bad_calls_say_what_was_expected():
+    rope = pe.RotaryEmbedding(8)
+    with pytest.raises(ValueError, match="seq_len must be an integer"):
+        rope.cos_sin(2.5)
+    with pytest.raises(ValueError, match="dtype"):
+        rope.cos_sin(4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="floating-point"):
+        rope(torch.ones(1, 4, 8, dtype=torch.long), torch.ones(1, 4, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match="floating-point"):
+        rope.rotate_stacked(torch.ones(2, 1, 4, 8, dtype=torch.int8))
+    with pytest.raises(ValueError, match="positions must be finite"):
+        rope(torch.randn(1, 4, 8), torch.randn(1, 4, 8), positions=torch.tensor([0, 1, 2, float("nan")]))
+    with pytest.raises(ValueError, match="not bound"):
+        pe.RoPE().rotate(torch.randn(2, 1, 1, 4, 8))
+
+
+def test_context_extension_rejects_non_finite_arguments():
+    for kwargs in (dict(beta_fast=float("inf")), dict(beta_slow=float("nan"))):
+        with pytest.raises(ValueError, match="beta"):
+            pe.rope_frequencies_yarn(DIM, BASE, 4, 4096, **kwargs)
+    for base in (float("nan"), float("inf"), 1.0):
+        for fn in (pe.rope_frequencies_interpolated, pe.rope_frequencies_ntk):
+            with pytest.raises(ValueError, match="base"):
+                fn(DIM, base, 2)
+        with pytest.raises(ValueError, match="base"):
+            pe.rope_frequencies_yarn(DIM, base, 2, 4096)
+    for bad in (torch.tensor([0.0, float("nan")]), torch.tensor([True])):
+        with pytest.raises(ValueError, match="distances"):
+            pe.rope_decay_bound(bad, 8)

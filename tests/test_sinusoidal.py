@@ -60,3 +60,45 @@ def test_bad_base_and_count():
         pe.sinusoidal_embedding(4, 8, base=1.0)
     with pytest.raises(ValueError, match=">= 1"):
         pe.sinusoidal_embedding(0, 8)
+
+
+# --- input rules -----------------------------------------------------------------------------------
+
+def test_a_float_count_says_it_wanted_an_integer():
+    with pytest.raises(ValueError, match="n_positions must be an integer count"):
+        pe.sinusoidal_embedding(4.0, 8)
+    with pytest.raises(ValueError, match="distances must be an integer count"):
+        pe.sinusoidal_similarity(2.5, 8)
+    for bad in (True, None, "4"):
+        with pytest.raises(ValueError, match="integer count"):
+            pe.sinusoidal_embedding(bad, 8)
+    # NumPy integers count; NumPy arrays and 0-d tensors are positions
+    import numpy as np
+    assert torch.equal(pe.sinusoidal_embedding(np.int64(3), 8), pe.sinusoidal_embedding(3, 8))
+    assert torch.equal(pe.sinusoidal_embedding(np.arange(3), 8), pe.sinusoidal_embedding(3, 8))
+    assert pe.sinusoidal_embedding(torch.tensor(2.5), 8).shape == (8,)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64, "float32"])
+def test_non_float_table_dtype_raises(dtype):
+    with pytest.raises(ValueError, match="dtype"):
+        pe.sinusoidal_embedding(4, 8, dtype=dtype)
+
+
+def test_non_finite_or_boolean_positions_and_bases_raise():
+    for bad in (torch.tensor([0.0, float("nan")]), torch.tensor([float("-inf")]), torch.tensor([True, False])):
+        with pytest.raises(ValueError, match="positions"):
+            pe.sinusoidal_embedding(bad, 8)
+        with pytest.raises(ValueError, match="distances"):
+            pe.sinusoidal_similarity(bad, 8)
+    for base in (float("inf"), float("nan"), "100", None):
+        with pytest.raises(ValueError, match="base"):
+            pe.sinusoidal_frequencies(8, base)
+        with pytest.raises(ValueError, match="base"):
+            pe.SinusoidalPositions(base)
+
+
+def test_empty_positions_give_empty_tables():
+    assert pe.sinusoidal_embedding(torch.zeros(0), 8).shape == (0, 8)
+    assert pe.sinusoidal_similarity(torch.zeros(0, 3), 8).shape == (0, 3)
+    assert pe.sinusoidal_nearest_distance(torch.zeros(0), 4, 8).shape == (0,)

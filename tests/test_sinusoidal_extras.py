@@ -180,3 +180,65 @@ def test_module_rejects_bad_input():
         module(torch.zeros(2, 5, 6))
     with pytest.raises(ValueError, match="sequence length"):
         module(torch.zeros(2, 5, 8), torch.arange(4))
+
+
+# --- the module and the schemes: input rules -------------------------------------------------------
+
+def test_module_batch_positions_apply_to_every_head_when_batch_equals_heads():
+    module = pe.SinusoidalPositionalEmbedding(8)
+    x = torch.zeros(2, 2, 3, 8, dtype=torch.float64)
+    pos = torch.tensor([[0, 1, 2], [10, 20, 30]])
+    out = module(x, pos)
+    for b in range(2):
+        for h in range(2):
+            assert torch.allclose(out[b, h], pe.sinusoidal_embedding(pos[b], 8, dtype=torch.float64))
+    for bad in (torch.zeros(3, 3), torch.zeros(1, 2, 2, 3), torch.zeros(2, 3, 3)):
+        with pytest.raises(ValueError, match="positions"):
+            module(x, bad)
+
+
+def test_module_kinds_of_input():
+    import numpy as np
+
+    module = pe.SinusoidalPositionalEmbedding(8)
+    x = np.zeros((2, 3, 8))
+    assert torch.equal(module(x), module(torch.zeros(2, 3, 8, dtype=torch.float64)))
+    for bad in (torch.zeros(2, 3, 8, dtype=torch.long), torch.zeros(2, 3, 8, dtype=torch.bool)):
+        with pytest.raises(ValueError, match="floating-point"):
+            module(bad)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        module([[0.0] * 8])
+    with pytest.raises(ValueError, match="positions must be finite"):
+        module(torch.zeros(1, 2, 8), torch.tensor([0.0, float("nan")]))
+    assert module(torch.zeros(2, 0, 8)).shape == (2, 0, 8)
+    meta = module(torch.empty(2, 3, 8, device="meta"))
+    assert meta.device.type == "meta" and meta.shape == (2, 3, 8)
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(scale=float("nan")), "scale"), (dict(scale="1"), "scale"),
+                                          (dict(scale=float("inf")), "scale"), (dict(base=float("inf")), "base")])
+def test_module_validates_at_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pe.SinusoidalPositionalEmbedding(8, **kwargs)
+
+
+@pytest.mark.parametrize("name,options", [("learned", dict(max_len=8)), ("sinusoidal", {})])
+def test_schemes_check_their_input(name, options):
+    scheme = pe.position_scheme(name, **options)
+    with pytest.raises(ValueError, match="not bound"):
+        scheme.embed(torch.zeros(1, 3, 8))
+    scheme.bind(d_model=8, n_heads=2, n_layers=1)
+    with pytest.raises(ValueError, match=r"\(batch, seq, 8\)"):
+        scheme.embed(torch.zeros(1, 3, 6))
+    with pytest.raises(ValueError, match="floating-point"):
+        scheme.embed(torch.zeros(1, 3, 8, dtype=torch.long))
+    empty = scheme.embed(torch.zeros(2, 0, 8))
+    assert empty.shape == (2, 0, 8)
+    out = scheme.embed(torch.zeros(2, 3, 8, dtype=torch.float64))
+    assert out.shape == (2, 3, 8) and out.dtype == torch.float64
+    if name == "sinusoidal":
+        assert torch.allclose(out[0], pe.sinusoidal_embedding(3, 8, dtype=torch.float64), atol=1e-7)
+    else:
+        assert torch.equal(out[1], scheme.table[:3].double())
+    with pytest.raises(ValueError, match="max_len"):
+        pe.LearnedPositions(max_len=2.5)

@@ -279,7 +279,10 @@ def test_module_matches_function_and_caches():
     qf, kf = xp.apply_xpos(q, k, scale_base=128, interleaved=True)
     # the module folds the scales into its tables: float32 rounding, not bit equality
     assert torch.allclose(qx, qf, rtol=1e-6, atol=1e-7) and torch.allclose(kx, kf, rtol=1e-6, atol=1e-7)
-    assert mod.tables(30) is mod.tables(30)  # cached
+    assert mod._tables(30, torch.device("cpu")) is mod._tables(30, torch.device("cpu"))  # cached
+    # the public accessor hands out copies, equal to the cache (writing into them cannot corrupt it)
+    copies = mod.tables(30)
+    assert all(torch.equal(a, b) and a is not b for a, b in zip(copies, mod._tables(30, torch.device("cpu"))))
     pos = torch.arange(30) + 7
     assert torch.allclose(mod(q, k, pos)[0], xp.apply_xpos(q, k, pos, scale_base=128,
                                                            interleaved=True)[0])
@@ -352,3 +355,143 @@ def test_module_fast_tables_match_apply_xpos(n):
     assert fused == (n <= 4096)  # at 64k the scales leave float32's safe range
     logits = qm[0, 0, -4:] @ km[0, 0, -8:].T
     assert torch.isfinite(logits).all()
+
+
+# --------------------------------------------------------------------------- dtype range, input rules
+
+
+def _causal_scores_and_scale(qx, kx, rows):
+    """Scores of the last ``rows`` queries against every key (float64), and sum |q_i k_i| as their scale."""
+    q, k = qx[..., -rows:, :].double(), kx.double()
+    return q @ k.transpose(-2, -1), q.abs() @ k.abs().transpose(-2, -1)
+
+
+def test_float16_at_65536_positions_raises_instead_of_inf_scores():
+    # centred factors reach 3.5^64 ~ 1e35 at 65,536 positions: no float16 vector can hold them, so the
+    # scores used to come out inf/NaN where the exact ones are small. Now every entry point says so.
+    q = torch.randn(1, 2, 65536, 8).half()
+    with pytest.raises(ValueError, match="float16"):
+        xp.apply_xpos(q, q)
+    with pytest.raises(ValueError, match="float16"):
+        xp.apply_xpos(q, q, torch.arange(65536) + 10)
+    with pytest.raises(ValueError, match="float16"):
+        xp.XPos(8)(q, q)
+    scheme = xp.XPosRotation()
+    scheme.bind(d_model=16, n_heads=2, n_layers=1)
+    with pytest.raises(ValueError, match="scale_base"):  # the message names the ways out
+        scheme.rotate(torch.stack((q, q)))
+    # a larger scale_base brings the factors back into range
+    qx, kx = xp.apply_xpos(q[..., -64:, :], q, scale_base=8192)
+    assert torch.isfinite(qx).all() and torch.isfinite(kx).all()
+
+
+@pytest.mark.parametrize("dtype,length,tol", [(torch.bfloat16, 65536, 2e-2), (torch.float16, 4096, 4e-3)])
+def test_low_precision_scores_match_float64(dtype, length, tol):
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 2, length, 8, generator=g).to(dtype) for _ in range(2))
+    ref = _causal_scores_and_scale(*xp.apply_xpos(q.double(), k.double()), rows=4)
+    for module in (False, True):
+        qx, kx = xp.XPos(8)(q, k) if module else xp.apply_xpos(q, k)
+        assert qx.dtype == kx.dtype == dtype and torch.isfinite(qx).all() and torch.isfinite(kx).all()
+        got, _ = _causal_scores_and_scale(qx, kx, rows=4)
+        causal = masks.causal_mask(4, length)
+        err = (got - ref[0]).abs()[..., causal]
+        assert (err <= tol * ref[1][..., causal] + 1e-30).all()
+
+
+def test_tables_copies_cannot_corrupt_the_cache():
+    mod = xp.XPos(8, scale_base=16)
+    q, k = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    before = mod(q, k)
+    for t in mod.tables(6):
+        t.fill_(3.0)
+    assert all(torch.equal(a, b) for a, b in zip(mod(q, k), before))
+
+
+@pytest.mark.parametrize("make", ["module", "scheme"])
+def test_cache_filled_under_inference_mode_still_trains(make):
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 2, 5, 8, generator=g), torch.randn(2, 2, 5, 8, generator=g)
+    if make == "module":
+        mod = xp.XPos(8, scale_base=16)
+        rotate = lambda a, b: mod(a, b)  # noqa: E731
+    else:
+        mod = xp.XPosRotation(scale_base=16.0)
+        mod.bind(d_model=16, n_heads=2, n_layers=1)
+        rotate = lambda a, b: tuple(mod.rotate(torch.stack((a, b))))  # noqa: E731
+    with torch.inference_mode():
+        served = rotate(q, k)
+    qg = q.clone().requires_grad_()
+    rq, rk = rotate(qg, k)
+    (rq * rk).sum().backward()
+    assert torch.allclose(rq.detach(), served[0]) and torch.isfinite(qg.grad).all()
+    # per pair, R q s . R k / s = q . k: the gradient w.r.t. q is k
+    assert torch.allclose(qg.grad, k, atol=1e-5)
+
+
+def test_batch_positions_apply_to_every_head_when_batch_equals_heads():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 2, 3, 8, generator=g, dtype=torch.float64), torch.randn(2, 2, 6, 8, generator=g,
+                                                                                   dtype=torch.float64)
+    pos = torch.tensor([[0, 1, 2, 3, 4, 5], [40, 45, 50, 70, 90, 100]])
+    for qx, kx in (xp.apply_xpos(q, k, pos, scale_base=32), xp.XPos(8, scale_base=32)(q, k, pos)):
+        for b in range(2):
+            for h in range(2):
+                qr, kr = xp.apply_xpos(q[b, h], k[b, h], pos[b], scale_base=32)
+                assert torch.allclose(qx[b, h], qr, atol=1e-12) and torch.allclose(kx[b, h], kr, atol=1e-12)
+    for bad in (torch.zeros(3, 6), torch.zeros(2, 2, 2, 6), torch.zeros(2, 5)):
+        with pytest.raises(ValueError, match="positions"):
+            xp.apply_xpos(q, k, bad)
+
+
+def test_empty_sequences_and_meta():
+    for q_len, k_len in ((0, 0), (0, 3)):
+        q, k = torch.randn(1, 2, q_len, 8), torch.randn(1, 2, k_len, 8)
+        for qx, kx in (xp.apply_xpos(q, k), xp.XPos(8)(q, k)):
+            assert qx.shape == q.shape and kx.shape == k.shape
+        assert xp.XPos(8)(q, k)[1].shape == (1, 2, k_len, 8)
+    assert xp.xpos_scales(torch.zeros(0), 8).shape == (0, 8)
+    assert xp.XPos(8).tables(0)[2].shape == (0, 8)
+    m = torch.empty(2, 2, 5, 8, device="meta")
+    for qx, kx in (xp.apply_xpos(m, m), xp.XPos(8)(m, m), xp.apply_xpos(m, m, torch.arange(5))):
+        assert qx.device.type == "meta" and qx.shape == kx.shape == m.shape
+
+
+def test_kinds_of_input_and_non_finite_parameters():
+    q = torch.randn(1, 4, 8, dtype=torch.float64)
+    qx, kx = xp.apply_xpos(q.numpy(), q.numpy())
+    assert torch.equal(qx, xp.apply_xpos(q, q)[0])
+    for bad in (q.long(), q > 0):
+        with pytest.raises(ValueError, match="floating-point"):
+            xp.apply_xpos(bad, bad)
+        with pytest.raises(ValueError, match="floating-point"):
+            xp.XPos(8)(bad, bad)
+    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+        xp.apply_xpos(q.tolist(), q)
+    for kwargs, match in ((dict(base=float("nan")), "base"), (dict(base=float("inf")), "base"),
+                          (dict(gamma=float("inf")), "gamma"), (dict(scale_base=float("nan")), "scale_base"),
+                          (dict(positions=torch.tensor([0.0, 1, 2, float("inf")])), "positions")):
+        with pytest.raises(ValueError, match=match):
+            xp.apply_xpos(q, q, **kwargs)
+    with pytest.raises(ValueError, match="center"):
+        xp.xpos_scales(torch.arange(4), 8, center=float("nan"))
+    with pytest.raises(ValueError, match="single number"):
+        xp.xpos_scales(torch.tensor(3.0), 8)
+    with pytest.raises(ValueError, match="device"):
+        xp.blockwise_causal_mask(4, block=2, device="nowhere")
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(head_dim=8, base=float("inf")), "base"), (dict(head_dim=8, base=0.5), "base"),
+    (dict(head_dim=8, gamma=float("nan")), "gamma"), (dict(head_dim=8, scale_base=-1), "scale_base"),
+    (dict(head_dim=8.0), "even"),
+])
+def test_module_and_scheme_validate_at_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        xp.XPos(**kwargs)
+    if "head_dim" in kwargs and len(kwargs) == 2:
+        kwargs = {k: v for k, v in kwargs.items() if k != "head_dim"}
+        with pytest.raises(ValueError, match=match):
+            xp.XPosRotation(**kwargs)
+    with pytest.raises(ValueError, match="not bound"):
+        xp.XPosRotation().rotate(torch.randn(2, 1, 1, 4, 8))

@@ -360,22 +360,12 @@ class LaggedCopy:
     """Random tokens where each one repeats the token ``lag`` places back with probability ``p_copy``.
 
     ``x_t = x_{t - lag}`` with probability ``p_copy``, else uniform over the
-    vocabulary (the first ``lag`` tokens are uniform). Predicting ``x_{t+1}``
-    needs the token ``lag - 1`` places before the current one: a purely local
-    task, the kind softmax attention solves with a sharp "look back" head and
-    diluted linear attention struggles with (Qin et al., 2022). The targets
-    that cannot be predicted (the first ``lag - 1``) are ignored, so the best
-    achievable loss is :meth:`optimal_loss`, the entropy of
-    ``p_copy * onehot + (1 - p_copy) * uniform``.
-
-    Args:
-        vocab_size: number of tokens ``V >= 2``.
-        lag: how far back a token is copied from (``>= 1``).
-        p_copy: copy probability in ``[0, 1]``.
-
-    ``batch`` returns ``targets[:, t] = inputs[:, t + 1]`` (``-100`` where
-    ignored). ``split`` is accepted for a common interface (pass different
-    generators).
+    ``vocab_size`` tokens (the first ``lag`` are uniform): a purely local task,
+    solved by a sharp "look back" head, which diluted linear attention
+    struggles with (Qin et al., 2022). ``batch`` returns ``targets[:, t] =
+    inputs[:, t + 1]``, the unpredictable first ``lag - 1`` ignored (``-100``),
+    so the best loss is :meth:`optimal_loss`, the entropy of ``p_copy * onehot +
+    (1 - p_copy) * uniform``. ``split`` is accepted for a common interface.
     """
 
     def __init__(self, vocab_size: int = 32, lag: int = 2, p_copy: float = 0.8) -> None:

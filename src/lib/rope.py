@@ -19,12 +19,20 @@ permutation of channels:
 Angles are computed in float64 (on the CPU for Apple MPS, which lacks it), so
 positions up to millions keep their precision; cos/sin are cast to ``x.dtype``
 only at the end.
+
+Inputs: ``x``, ``q``, ``k`` are floating-point tensors (NumPy arrays are
+converted; integer or boolean ones raise ``ValueError``). Positions are
+integers or finite floats, shaped ``(seq,)`` (every row), ``(batch, seq)`` for
+a 4-D ``(batch, heads, seq, dim)`` tensor (the same positions for every head:
+viewed as ``(batch, 1, seq)``, also when ``batch == heads``), or with at most
+``x.ndim - 1`` dimensions, each 1 or the size of ``x``'s (right-aligned, e.g.
+``(batch, heads, seq)`` for per-head positions); positions never broadcast
+``x`` to a larger output. Anything else raises ``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -32,6 +40,8 @@ from torch import nn
 
 from ._validate import check_even_dim, check_int
 from .scheme import PositionScheme, register_scheme
+from .sinusoidal import (_align_positions, _device, _float_dtype, _float_tensor, _number, _real_tensor,
+                         _require_bound, _tensor)
 
 __all__ = [
     "rope_frequencies",
@@ -55,6 +65,10 @@ def _check_rope_dim(dim: int) -> None:
     check_even_dim(dim, "RoPE rotates channel pairs: head_dim")
 
 
+def _check_base(base: float) -> float:
+    return _number(base, "RoPE base", 1)
+
+
 def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
     """Rotation speeds ``theta_i = base ** (-2i / dim)``, ``i = 0 .. dim/2 - 1``.
 
@@ -65,8 +79,7 @@ def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
     [1.0, 0.1]
     """
     _check_rope_dim(dim)
-    if not base > 1:
-        raise ValueError(f"RoPE base must be > 1, got {base!r}")
+    base = _check_base(base)
     exponent = torch.arange(0, dim, 2, dtype=torch.float64) / dim
     return torch.as_tensor(base, dtype=torch.float64) ** -exponent
 
@@ -93,13 +106,33 @@ def rope_angles(
     Returns:
         ``(..., dim // 2)`` float64 tensor.
     """
+    return _angles(_real_tensor(positions, "positions"), _freqs(dim, base, inv_freq))
+
+
+def _freqs(dim: int, base: float, inv_freq: Optional[torch.Tensor]) -> torch.Tensor:
+    """``inv_freq`` checked (real, finite, ``(dim // 2,)``), or :func:`rope_frequencies` ``(dim, base)``."""
     if inv_freq is None:
-        inv_freq = rope_frequencies(dim, base)
-    elif inv_freq.shape != (dim // 2,):
-        raise ValueError(f"inv_freq must have shape ({dim // 2},), got {tuple(inv_freq.shape)}")
-    device = _angle_device(torch.as_tensor(positions).device)
-    pos = torch.as_tensor(positions).to(device=device, dtype=torch.float64)
-    return pos[..., None] * inv_freq.to(device=device, dtype=torch.float64)
+        return rope_frequencies(dim, base)
+    _check_rope_dim(dim)
+    _check_base(base)
+    inv_freq = _real_tensor(inv_freq, "inv_freq")
+    if inv_freq.shape != (dim // 2,):
+        raise ValueError(f"inv_freq must have shape ({dim // 2},) for head_dim {dim}, got {tuple(inv_freq.shape)}")
+    return inv_freq
+
+
+def _angles(pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    device = _angle_device(pos.device)
+    return pos.to(device=device, dtype=torch.float64)[..., None] * inv_freq.to(device=device, dtype=torch.float64)
+
+
+def _cos_sin_tables(pos, inv_freq, interleaved, dtype, device) -> Tuple[torch.Tensor, torch.Tensor]:
+    angles = _angles(pos, inv_freq)  # (..., d/2) float64
+    if interleaved:
+        angles = angles.repeat_interleave(2, dim=-1)
+    else:
+        angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(device, dtype), angles.sin().to(device, dtype)
 
 
 def rope_cos_sin(
@@ -118,15 +151,11 @@ def rope_cos_sin(
     layout repeats each angle twice in place, ``[a0, a0, a1, a1, ...]``.
 
     Returns:
-        ``(cos, sin)``, each ``(..., dim)`` in ``dtype`` on ``device``.
+        ``(cos, sin)``, each ``(..., dim)`` in ``dtype`` (floating point) on ``device``.
     """
-    angles = rope_angles(positions, dim, base, inv_freq=inv_freq)  # (..., d/2) float64
-    if interleaved:
-        angles = angles.repeat_interleave(2, dim=-1)
-    else:
-        angles = torch.cat((angles, angles), dim=-1)
-    device = device if device is not None else torch.as_tensor(positions).device
-    return angles.cos().to(device, dtype), angles.sin().to(device, dtype)
+    pos = _real_tensor(positions, "positions")
+    return _cos_sin_tables(pos, _freqs(dim, base, inv_freq), interleaved, _float_dtype(dtype),
+                           _device(device, pos.device))
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
@@ -163,11 +192,12 @@ def apply_rope(
     of multiplying each channel pair by a 2x2 rotation matrix.
 
     Args:
-        x: ``(..., seq, dim)`` queries or keys (``dim`` even), e.g.
-            ``(batch, heads, seq, head_dim)``.
-        positions: ``(seq,)`` or broadcastable ``(..., seq)`` positions;
-            default ``0 .. seq-1``. Fractional positions are allowed
-            (position interpolation).
+        x: ``(..., seq, dim)`` floating-point queries or keys (``dim`` even),
+            e.g. ``(batch, heads, seq, head_dim)``.
+        positions: ``(seq,)``, ``(batch, seq)`` (4-D ``x``: every head alike)
+            or broadcastable to ``x.shape[:-1]`` without enlarging ``x`` (the
+            module docstring has the rule); default ``0 .. seq-1``. Fractional
+            positions are allowed (position interpolation).
         base: RoPE base (10000 in RoFormer; Llama 3 uses 500000).
         interleaved: pair channels ``(2i, 2i+1)`` (RoFormer) instead of
             ``(i, i + dim/2)`` (GPT-NeoX / Llama).
@@ -176,21 +206,17 @@ def apply_rope(
     Returns:
         tensor of the same shape and dtype as ``x``.
     """
+    x = _float_tensor(x, "x")
     if x.ndim < 2:
         raise ValueError(f"apply_rope expects x of shape (..., seq, dim), got {tuple(x.shape)}")
     seq, dim = x.shape[-2], x.shape[-1]
     _check_rope_dim(dim)
+    inv_freq = _freqs(dim, base, inv_freq)
     if positions is None:
         positions = torch.arange(seq, device=x.device)
-    positions = torch.as_tensor(positions, device=x.device)
-    if positions.ndim == 0 or positions.shape[-1] != seq:
-        raise ValueError(
-            f"positions must end in the sequence length {seq}, got shape {tuple(positions.shape)}"
-        )
-    cos, sin = rope_cos_sin(
-        positions, dim, base, interleaved=interleaved, inv_freq=inv_freq,
-        dtype=x.dtype, device=x.device,
-    )  # (..., seq, dim)
+    else:
+        positions = _align_positions(_real_tensor(positions, "positions"), x.shape[:-2], seq).to(x.device)
+    cos, sin = _cos_sin_tables(positions, inv_freq, interleaved, x.dtype, x.device)  # (..., seq, dim)
     return _rotate(x, cos, sin, interleaved)
 
 
@@ -205,7 +231,7 @@ def rope_rotation_matrix(
     Returns:
         ``(dim, dim)`` float64 orthogonal matrix.
     """
-    angles = rope_angles(torch.tensor(float(position), dtype=torch.float64), dim, base)  # (d/2,)
+    angles = rope_angles(torch.tensor(_number(position, "position"), dtype=torch.float64), dim, base)  # (d/2,)
     c, s = angles.cos(), angles.sin()
     half = dim // 2
     first = torch.arange(0, dim, 2) if interleaved else torch.arange(half)
@@ -225,15 +251,22 @@ def interleaved_to_half_split(x: torch.Tensor) -> torch.Tensor:
     a checkpoint trained with interleaved RoPE, it gives weights that produce
     the same attention scores under half-split RoPE.
     """
-    _check_rope_dim(x.shape[-1])
+    x = _channels(x)
     return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
 
 
 def half_split_to_interleaved(x: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`interleaved_to_half_split`."""
-    _check_rope_dim(x.shape[-1])
-    first, second = x.chunk(2, dim=-1)
+    first, second = _channels(x).chunk(2, dim=-1)
     return torch.stack((first, second), dim=-1).flatten(-2)
+
+
+def _channels(x: torch.Tensor) -> torch.Tensor:
+    x = _tensor(x, "x")
+    if x.ndim == 0:
+        raise ValueError("x must have a last dimension of channels (..., dim), got a single number")
+    _check_rope_dim(x.shape[-1])
+    return x
 
 
 # ---------------------------------------------------------------------------
@@ -242,14 +275,11 @@ def half_split_to_interleaved(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check_scale(scale: float) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale):
-        raise ValueError(f"scale factor must be a finite number, got {scale!r}")
-    if scale < 1:
-        raise ValueError(
-            "scale factor s = (new context length) / (trained context length) must be >= 1, "
-            f"got {scale!r}"
-        )
-    return float(scale)
+    s = _number(scale, "scale factor")
+    if s < 1:
+        raise ValueError("scale factor s = (new context length) / (trained context length) must be >= 1, "
+                         f"got {scale!r}")
+    return s
 
 
 def rope_frequencies_interpolated(dim: int, base: float, scale: float) -> torch.Tensor:
@@ -292,7 +322,7 @@ def rope_frequencies_ntk(dim: int, base: float, scale: float) -> torch.Tensor:
     if dim < 4:
         raise ValueError(f"NTK-aware scaling needs head_dim >= 4 (at least two pairs), got {dim}")
     s = _check_scale(scale)
-    return rope_frequencies(dim, float(base) * s ** (dim / (dim - 2)))
+    return rope_frequencies(dim, _check_base(base) * s ** (dim / (dim - 2)))
 
 
 def _yarn_correction_dim(num_rotations: float, dim: int, base: float, original_max_len: int) -> float:
@@ -340,9 +370,10 @@ def rope_frequencies_yarn(
         ``(dim // 2,)`` float64 ``inv_freq``.
     """
     _check_rope_dim(dim)
-    s = _check_scale(scale)
+    base, s = _check_base(base), _check_scale(scale)
     check_int("original_max_len", original_max_len)
-    if not (isinstance(beta_fast, Real) and isinstance(beta_slow, Real) and 0 < beta_slow < beta_fast):
+    beta_fast, beta_slow = _number(beta_fast, "beta_fast", 0), _number(beta_slow, "beta_slow", 0)
+    if not beta_slow < beta_fast:
         raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
     theta = rope_frequencies(dim, base)
     low = _yarn_correction_dim(beta_fast, dim, base, original_max_len)
@@ -364,8 +395,7 @@ def yarn_attention_factor(scale: float) -> float:
     both ``q`` and ``k``) by this factor, so the logits are multiplied by its
     square. Returns 1 for ``0 < s <= 1`` (no extension).
     """
-    if isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale factor must be a finite positive number, got {scale!r}")
+    scale = _number(scale, "scale factor", 0)
     return 1.0 if scale <= 1 else 0.1 * math.log(scale) + 1.0
 
 
@@ -398,8 +428,8 @@ def rope_decay_bound(
     Returns:
         ``(...,)`` float64 tensor.
     """
-    distances = torch.as_tensor(distances).detach().cpu().to(torch.float64)
-    angles = rope_angles(distances, dim, base, inv_freq=inv_freq)  # (..., d/2)
+    distances = _real_tensor(distances, "distances").detach().cpu().to(torch.float64)
+    angles = _angles(distances, _freqs(dim, base, inv_freq))  # (..., d/2)
     partial_sums = torch.polar(torch.ones_like(angles), angles).cumsum(dim=-1)  # S_1 .. S_{d/2}
     bound = partial_sums.abs().mean(dim=-1)
     if normalize:
@@ -426,10 +456,14 @@ class RotaryEmbedding(nn.Module):
             square); :func:`yarn_attention_factor` for YaRN, 1 otherwise.
 
     Shapes:
-        ``q``: ``(..., q_len, dim)``, ``k``: ``(..., k_len, dim)`` with
-        ``q_len <= k_len``; queries sit at the last ``q_len`` key positions
-        (decoding with a cache). ``positions``: ``(k_len,)`` or broadcastable
-        ``(..., k_len)``, default ``0 .. k_len - 1``.
+        ``q``: ``(..., q_len, dim)``, ``k``: ``(..., k_len, dim)`` (floating
+        point) with ``q_len <= k_len``; queries sit at the last ``q_len`` key
+        positions (decoding with a cache). ``positions``: key positions
+        ``(k_len,)``, ``(batch, k_len)`` (4-D ``q``/``k``: every head alike) or
+        broadcastable as in :func:`apply_rope`; default ``0 .. k_len - 1``.
+
+    Arguments are checked here, at construction. Tables cached under
+    ``torch.inference_mode()`` are ordinary tensors, so they serve training later.
     """
 
     def __init__(
@@ -443,22 +477,11 @@ class RotaryEmbedding(nn.Module):
     ) -> None:
         super().__init__()
         _check_rope_dim(dim)
-        if inv_freq is None:
-            inv_freq = rope_frequencies(dim, base)
-        else:
-            inv_freq = torch.as_tensor(inv_freq)
-            if inv_freq.shape != (dim // 2,):
-                raise ValueError(f"inv_freq must have shape ({dim // 2},), got {tuple(inv_freq.shape)}")
-            if not torch.isfinite(inv_freq).all():
-                raise ValueError("inv_freq must be finite")
-        if not (isinstance(attention_factor, Real) and math.isfinite(attention_factor) and attention_factor > 0):
-            raise ValueError(f"attention_factor must be a finite positive number, got {attention_factor!r}")
-        self.dim = dim
-        self.base = float(base)
-        self.interleaved = bool(interleaved)
-        self.attention_factor = float(attention_factor)
-        # A plain attribute, not a buffer: module.half() / .to(dtype) must not round it.
-        self.inv_freq = inv_freq.detach().to("cpu", torch.float64).clone()
+        self.dim, self.base, self.interleaved = dim, _check_base(base), bool(interleaved)
+        self.attention_factor = _number(attention_factor, "attention_factor", 0)
+        with torch.inference_mode(False):  # built under inference_mode, it must still serve autograd
+            # A plain attribute, not a buffer: module.half() / .to(dtype) must not round it.
+            self.inv_freq = _freqs(dim, base, inv_freq).detach().to("cpu", torch.float64).clone()
         self._cache: Dict[Tuple[torch.device, torch.dtype], Tuple[torch.Tensor, torch.Tensor]] = {}
 
     def extra_repr(self) -> str:
@@ -466,9 +489,8 @@ class RotaryEmbedding(nn.Module):
                 f"attention_factor={self.attention_factor:g}")
 
     def _table(self, positions: torch.Tensor, device: torch.device, dtype: torch.dtype):
-        # angles in float64 (inside rope_cos_sin), cast once to the input's dtype
-        cos, sin = rope_cos_sin(positions, self.dim, interleaved=self.interleaved,
-                                inv_freq=self.inv_freq, dtype=dtype, device=device)
+        # angles in float64, cast once to the input's dtype
+        cos, sin = _cos_sin_tables(positions, self.inv_freq, self.interleaved, dtype, device)
         if self.attention_factor != 1.0:
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
         return cos, sin
@@ -476,17 +498,23 @@ class RotaryEmbedding(nn.Module):
     def cos_sin(
         self, seq_len: int, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Cached ``(cos, sin)`` for positions ``0 .. seq_len - 1``, each ``(seq_len, dim)``."""
+        """``(cos, sin)`` for positions ``0 .. seq_len - 1``, each ``(seq_len, dim)``.
+
+        Copies of the cached tables: writing into them leaves later rotations alone.
+        """
         check_int("seq_len", seq_len, low=0)
-        key = (torch.device(device if device is not None else "cpu"), dtype)
+        cos, sin = self._cos_sin(seq_len, _device(device, torch.device("cpu")), _float_dtype(dtype))
+        return cos.clone(), sin.clone()
+
+    def _cos_sin(self, seq_len: int, device: torch.device, dtype: torch.dtype):
+        """The cached tables themselves (views, no copy): for this module's own rotations only."""
+        key = (device, dtype)
         cached = self._cache.get(key)
         if cached is None or cached[0].shape[0] < seq_len:
-            cached = self._table(torch.arange(seq_len, dtype=torch.float64), key[0], dtype)
+            with torch.inference_mode(False):  # a cache filled under inference_mode must serve autograd later
+                cached = self._table(torch.arange(seq_len, dtype=torch.float64), device, dtype)
             self._cache[key] = cached
         return cached[0][:seq_len], cached[1][:seq_len]
-
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        return _rotate(x, cos, sin, self.interleaved)
 
     def rotate_stacked(self, qk: torch.Tensor) -> torch.Tensor:
         """Rotate queries and keys stacked as ``(2, ..., seq, dim)`` (self-attention: equal lengths).
@@ -494,15 +522,17 @@ class RotaryEmbedding(nn.Module):
         The same as ``torch.stack(self(qk[0], qk[1]))`` in one pass over both,
         which saves half of the small element-wise operations of a tiny model.
         """
+        qk = _float_tensor(qk, "qk")
         if qk.ndim < 3 or qk.shape[0] != 2 or qk.shape[-1] != self.dim:
             raise ValueError(f"qk must be (2, ..., seq, {self.dim}), got {tuple(qk.shape)}")
-        cos, sin = self.cos_sin(qk.shape[-2], qk.device, qk.dtype)
-        return self._rotate(qk, cos, sin)
+        cos, sin = self._cos_sin(qk.shape[-2], qk.device, qk.dtype)
+        return _rotate(qk, cos, sin, self.interleaved)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Rotated ``(q, k)``, same shapes and dtypes."""
+        q, k = _float_tensor(q, "q"), _float_tensor(k, "k")
         if q.ndim < 2 or k.ndim < 2 or q.shape[-1] != self.dim or k.shape[-1] != self.dim:
             raise ValueError(
                 f"q and k must be (..., seq, {self.dim}); got {tuple(q.shape)} and {tuple(k.shape)}"
@@ -511,18 +541,16 @@ class RotaryEmbedding(nn.Module):
         if q_len > k_len:
             raise ValueError(f"q_len ({q_len}) must be <= k_len ({k_len}): queries are the last key positions")
         if positions is None:
-            k_cos, k_sin = self.cos_sin(k_len, k.device, k.dtype)
-            q_cos, q_sin = self.cos_sin(k_len, q.device, q.dtype)
+            k_cos, k_sin = self._cos_sin(k_len, k.device, k.dtype)
+            q_cos, q_sin = self._cos_sin(k_len, q.device, q.dtype)
             q_cos, q_sin = q_cos[k_len - q_len:], q_sin[k_len - q_len:]
         else:
-            positions = torch.as_tensor(positions)
-            if positions.ndim == 0 or positions.shape[-1] != k_len:
-                raise ValueError(
-                    f"positions must end in the key length {k_len}, got shape {tuple(positions.shape)}"
-                )
-            k_cos, k_sin = self._table(positions, k.device, k.dtype)
-            q_cos, q_sin = self._table(positions[..., k_len - q_len:], q.device, q.dtype)
-        return self._rotate(q, q_cos, q_sin), self._rotate(k, k_cos, k_sin)
+            positions = _real_tensor(positions, "positions")
+            k_pos = _align_positions(positions, k.shape[:-2], k_len, "key length", "k")
+            q_pos = _align_positions(positions, q.shape[:-2], k_len, "key length", "q")[..., k_len - q_len:]
+            k_cos, k_sin = self._table(k_pos, k.device, k.dtype)
+            q_cos, q_sin = self._table(q_pos, q.device, q.dtype)
+        return _rotate(q, q_cos, q_sin, self.interleaved), _rotate(k, k_cos, k_sin, self.interleaved)
 
 
 @register_scheme("rope")
@@ -540,9 +568,7 @@ class RoPE(PositionScheme):
 
     def __init__(self, base: float = 10000.0, *, interleaved: bool = False) -> None:
         super().__init__()
-        if not (isinstance(base, Real) and math.isfinite(base) and base > 1):
-            raise ValueError(f"RoPE base must be a finite number > 1, got {base!r}")
-        self.base, self.interleaved = float(base), bool(interleaved)
+        self.base, self.interleaved = _check_base(base), bool(interleaved)
         self._rotary: Optional[RotaryEmbedding] = None
 
     def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
@@ -551,4 +577,5 @@ class RoPE(PositionScheme):
         self._rotary = RotaryEmbedding(self.head_dim, self.base, interleaved=self.interleaved)
 
     def rotate(self, qk: torch.Tensor) -> torch.Tensor:
+        _require_bound(self, self._rotary is not None)
         return self._rotary.rotate_stacked(qk)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Optional, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -38,12 +38,108 @@ __all__ = [
 Positions = Union[int, torch.Tensor]
 
 
+# ---------------------------------------------------------------------------
+# Argument checks, shared with posenc.rope and posenc.xpos (private): a clear
+# ValueError (TypeError for a wrong kind of object) saying what was expected.
+# ---------------------------------------------------------------------------
+
+
+def _number(value: Any, name: str, low: float = -math.inf, *, inf_ok: bool = False, what: str = "") -> float:
+    """``value`` as a float: a real number (or a one-element real tensor), finite (or ``+inf`` if
+    ``inf_ok``) and ``> low``."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not (value.dtype == torch.bool or value.is_complex()):
+        value = value.item()
+    v = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else math.nan
+    if not (v > low and (math.isfinite(v) or (inf_ok and v == math.inf))):
+        bound = "" if low == -math.inf else f" > {low:g}"
+        raise ValueError(f"{name} must be a {'' if inf_ok else 'finite '}number{bound}{what}, got {value!r}")
+    return v
+
+
+def _float_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"{name} must be a floating-point torch.dtype (torch.float32, torch.float64, torch.float16 "
+                         f"or torch.bfloat16), got {dtype!r}")
+    return dtype
+
+
+def _device(device: Any, default: Optional[torch.device]) -> Optional[torch.device]:
+    if device is None:
+        return default
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be a torch.device or a name like 'cpu' or 'cuda:0', got {device!r}") from None
+
+
+def _tensor(x: Any, name: str) -> torch.Tensor:
+    """A tensor as it is, a NumPy array as a tensor; ``TypeError`` for any other object."""
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(np.ascontiguousarray(x))
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (or a NumPy array), got {type(x).__name__}")
+    return x
+
+
+def _float_tensor(x: Any, name: str) -> torch.Tensor:
+    """Queries, keys, embeddings: a floating-point tensor (a rotation of integers or booleans is meaningless)."""
+    x = _tensor(x, name)
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype} "
+                         f"(convert it, e.g. {name}.float())")
+    return x
+
+
+def _real_tensor(values: Any, name: str) -> torch.Tensor:
+    """Positions, distances, frequencies: a tensor (NumPy arrays, sequences and numbers converted) of finite
+    integers or floats; ``ValueError`` for booleans, complex numbers, NaN or infinities."""
+    if not isinstance(values, torch.Tensor):
+        try:
+            values = torch.as_tensor(np.ascontiguousarray(values) if isinstance(values, np.ndarray) else values)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name} must be a tensor, a NumPy array or a sequence of numbers, "
+                            f"got {type(values).__name__}") from None
+    if values.dtype == torch.bool or values.is_complex():
+        raise ValueError(f"{name} must be integers or floating-point numbers, got dtype {values.dtype}")
+    if values.is_floating_point() and values.device.type != "meta" and not bool(torch.isfinite(values).all()):
+        raise ValueError(f"{name} must be finite, got NaN or infinite entries")
+    return values
+
+
+def _align_positions(pos: torch.Tensor, batch: Sequence[int], length: int, what: str = "sequence length",
+                     name: str = "x") -> torch.Tensor:
+    """``pos`` (from :func:`_real_tensor`) shaped to broadcast over ``x`` of shape ``(*batch, length, dim)``.
+
+    The rule of the library: ``(length,)`` is shared by every row; a 2-D
+    ``(batch, length)`` of a 4-D ``x (batch, heads, seq, dim)`` is viewed as
+    ``(batch, 1, length)`` (the same positions for every head); any other shape
+    must have at most ``x.ndim - 1`` dimensions, each 1 or equal to ``x``'s
+    (right-aligned): positions never broadcast ``x`` to a larger output.
+    """
+    if pos.ndim == 0 or pos.shape[-1] != length:
+        got = "a single number" if pos.ndim == 0 else f"shape {tuple(pos.shape)}"
+        raise ValueError(f"positions must be ({length},) or (..., {length}), ending in the {what} {length}; got {got}")
+    aligned = pos[:, None] if pos.ndim == 2 and len(batch) == 2 else pos
+    fits = aligned.ndim <= len(batch) + 1
+    if not fits or any(p not in (1, s) for p, s in zip(aligned.shape[:-1], batch[len(batch) + 1 - aligned.ndim:])):
+        raise ValueError(f"positions of shape {tuple(pos.shape)} do not fit {name} of shape "
+                         f"{(*batch, length)} + (dim,): expected ({length},), (batch, {length}) for a 4-D {name} "
+                         f"(batch, heads, seq, dim), or at most {len(batch) + 1} dims, each 1 or the size of "
+                         f"{name}'s (positions never enlarge {name})")
+    return aligned
+
+
+def _require_bound(scheme: PositionScheme, bound: bool) -> None:
+    if not bound:
+        raise ValueError(f"this {type(scheme).__name__} scheme is not bound to a model yet: call "
+                         "bind(d_model=..., n_heads=..., n_layers=...) first (a model does it)")
+
+
 _check_dim = check_even_dim
 
 
-def _check_base(base: float) -> None:
-    if not base > 1:
-        raise ValueError(f"base must be > 1, got {base!r}")
+def _check_base(base: float) -> float:
+    return _number(base, "base", 1)
 
 
 def sinusoidal_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -53,19 +149,19 @@ def sinusoidal_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
         ``(dim // 2,)`` float64 tensor, from 1 (fastest) down to ``base ** (-(dim-2)/dim)``.
     """
     _check_dim(dim, "sinusoidal_frequencies")
-    _check_base(base)
+    base = _check_base(base)
     exponent = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i/d
     return torch.as_tensor(base, dtype=torch.float64) ** -exponent
 
 
-def _as_positions(positions: Positions) -> torch.Tensor:
-    if isinstance(positions, bool):
-        raise ValueError("positions must be an int count or a tensor of positions")
-    if isinstance(positions, int):
+def _as_positions(positions: Positions, name: str = "n_positions") -> torch.Tensor:
+    if isinstance(positions, numbers.Integral) and not isinstance(positions, (bool, np.bool_)):
         if positions < 1:
-            raise ValueError(f"n_positions must be >= 1, got {positions}")
-        return torch.arange(positions, dtype=torch.float64)
-    return torch.as_tensor(positions).to(torch.float64)
+            raise ValueError(f"{name} must be >= 1, got {positions}")
+        return torch.arange(int(positions), dtype=torch.float64)
+    if positions is None or isinstance(positions, (str, bool, np.bool_, numbers.Number)):
+        raise ValueError(f"{name} must be an integer count n (for 0 .. n-1) or a tensor of values, got {positions!r}")
+    return _real_tensor(positions, "positions" if name == "n_positions" else name).to(torch.float64)
 
 
 def sinusoidal_embedding(
@@ -82,7 +178,7 @@ def sinusoidal_embedding(
             (possibly fractional or negative) positions of any shape ``(...)``.
         dim: model dimension ``d`` (even).
         base: the wavelength scale (10000 in the paper).
-        dtype: dtype of the result; angles are computed in float64.
+        dtype: floating-point dtype of the result; angles are computed in float64.
 
     Returns:
         ``(n_positions, dim)`` tensor, or ``(..., dim)`` for a tensor of positions.
@@ -92,6 +188,7 @@ def sinusoidal_embedding(
     [0.0, 1.0, 0.0, 1.0]
     """
     _check_dim(dim, "sinusoidal_embedding")
+    dtype = _float_dtype(dtype)
     pos = _as_positions(n_positions)
     angles = pos[..., None] * sinusoidal_frequencies(dim, base)  # (..., d/2)
     table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (..., d/2, 2)
@@ -114,7 +211,7 @@ def sinusoidal_similarity(
         float64 tensor with the shape of the offsets.
     """
     _check_dim(dim, "sinusoidal_similarity")
-    rel = _as_positions(distances)
+    rel = _as_positions(distances, "distances")
     sim = torch.cos(rel[..., None] * sinusoidal_frequencies(dim, base)).sum(-1)
     return sim / (dim // 2) if normalized else sim
 
@@ -164,12 +261,7 @@ def sinusoidal_shift_matrix(shift: float, dim: int, base: float = 10000.0) -> to
         ``sinusoidal_embedding(m + k) == sinusoidal_embedding(m) @ R_k.T``.
     """
     _check_dim(dim, "sinusoidal_shift_matrix")
-    ok = isinstance(shift, numbers.Real) and not isinstance(shift, (bool, np.bool_))
-    if isinstance(shift, torch.Tensor) and shift.numel() == 1 and not shift.dtype == torch.bool:
-        ok = True
-    k = float(shift) if ok else math.nan
-    if not math.isfinite(k):
-        raise ValueError(f"shift must be a finite number, got {shift!r}")
+    k = _number(shift, "shift")
     angles = k * sinusoidal_frequencies(dim, base)  # (d/2,)
     c, s = angles.cos(), angles.sin()
     sin_ch = torch.arange(0, dim, 2)
@@ -229,7 +321,7 @@ def sinusoidal_nearest_distance(
     _check_dim(dim, "sinusoidal_nearest_distance")
     _check_length(train_length)
     check_int("chunk", chunk)
-    pos = _as_positions(positions)
+    pos = _as_positions(positions, "positions")
     flat = pos.reshape(-1)
     train = sinusoidal_embedding(train_length, dim, base, dtype=torch.float64)  # (L, d)
     dists, idxs = [], []
@@ -263,17 +355,19 @@ class SinusoidalPositionalEmbedding(nn.Module):
     def __init__(self, dim: int, base: float = 10000.0, *, scale: float = 1.0) -> None:
         super().__init__()
         _check_dim(dim, "SinusoidalPositionalEmbedding")
-        _check_base(base)
         self.dim = dim
-        self.base = float(base)
-        self.scale = float(scale)
+        self.base = _check_base(base)
+        self.scale = _number(scale, "scale")
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, base={self.base:g}, scale={self.scale:g}"
 
     def forward(self, x: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``x``: ``(..., seq, dim)``; ``positions``: ``(seq,)`` or broadcastable
-        ``(..., seq)`` (default ``0 .. seq-1``). Returns the same shape as ``x``."""
+        """``x``: floating-point ``(..., seq, dim)``; ``positions``: ``(seq,)``, ``(batch, seq)``
+        (for a 4-D ``x``: the same for every head) or broadcastable to ``x.shape[:-1]``
+        without enlarging it (default ``0 .. seq-1``; see :func:`posenc.apply_rope`).
+        Returns the shape and dtype of ``x``."""
+        x = _float_tensor(x, "x")
         if x.ndim < 2 or x.shape[-1] != self.dim:
             raise ValueError(
                 f"expected x of shape (..., seq, {self.dim}), got {tuple(x.shape)}"
@@ -281,11 +375,8 @@ class SinusoidalPositionalEmbedding(nn.Module):
         seq = x.shape[-2]
         if positions is None:
             positions = torch.arange(seq)
-        positions = torch.as_tensor(positions)
-        if positions.ndim == 0 or positions.shape[-1] != seq:
-            raise ValueError(
-                f"positions must end in the sequence length {seq}, got shape {tuple(positions.shape)}"
-            )
+        else:
+            positions = _align_positions(_real_tensor(positions, "positions"), x.shape[:-2], seq)
         table = sinusoidal_embedding(positions.detach().cpu(), self.dim, self.base,
                                      dtype=torch.float64)  # (..., seq, d)
         return x + (self.scale * table).to(dtype=x.dtype, device=x.device)
@@ -294,6 +385,13 @@ class SinusoidalPositionalEmbedding(nn.Module):
 # ---------------------------------------------------------------------------
 # As position schemes of a model (posenc.PositionScheme)
 # ---------------------------------------------------------------------------
+
+
+def _check_embed_input(x: torch.Tensor, d_model: int) -> torch.Tensor:
+    x = _float_tensor(x, "x")
+    if x.ndim < 2 or x.shape[-1] != d_model:
+        raise ValueError(f"expected token embeddings x of shape (batch, seq, {d_model}), got {tuple(x.shape)}")
+    return x
 
 
 @register_scheme("learned")
@@ -325,6 +423,8 @@ class LearnedPositions(PositionScheme):
         self.table.copy_(torch.randn(self.table.shape, generator=generator))
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
+        _require_bound(self, self.table is not None)
+        _check_embed_input(x, self.d_model)
         t = x.shape[-2]
         if t > self.max_len:
             raise ValueError(
@@ -346,8 +446,7 @@ class SinusoidalPositions(PositionScheme):
 
     def __init__(self, base: float = 10000.0) -> None:
         super().__init__()
-        _check_base(base)
-        self.base = float(base)
+        self.base = _check_base(base)
 
     def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
         if d_model % 2:
@@ -355,4 +454,7 @@ class SinusoidalPositions(PositionScheme):
         super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        return x + sinusoidal_embedding(x.shape[-2], self.d_model, self.base).to(device=x.device, dtype=x.dtype)
+        _require_bound(self, self.d_model is not None)
+        t = _check_embed_input(x, self.d_model).shape[-2]
+        table = sinusoidal_embedding(t, self.d_model, self.base) if t else x.new_zeros(0, self.d_model)
+        return x + table.to(device=x.device, dtype=x.dtype)

@@ -24,7 +24,13 @@ attention only.
   previous one.
 
 Scales and rotations are computed in float64 (float32 on Apple MPS, which has
-no float64) and cast back to the input dtype at the end.
+no float64) and cast back to the input dtype at the end. Inputs follow
+:mod:`posenc.rope` (floating-point ``q``/``k``; positions ``(k_len,)``,
+``(batch, k_len)`` for 4-D tensors, or broadcastable without enlarging them).
+When the sequence is too long for the dtype (no shift keeps every factor
+within its normal range: float16 beyond about 7,900 positions at ``B = 512``),
+:func:`apply_xpos` and :class:`XPos` raise ``ValueError`` instead of returning
+inf/NaN scores.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ import torch.nn as nn
 
 from ._validate import check_even_dim, check_int
 from .masks import check_lengths, relative_positions
-from .rope import _rotate, rope_cos_sin
+from .rope import _check_base, _cos_sin_tables, _rotate, rope_frequencies
 from .scheme import PositionScheme, register_scheme
+from .sinusoidal import _align_positions, _device, _float_tensor, _number, _real_tensor, _require_bound
 
 __all__ = [
     "xpos_zeta",
@@ -54,20 +61,27 @@ def _check_dim(dim: int) -> None:
     check_even_dim(dim, "xPos scales channel pairs: head_dim")
 
 
-def _check_gamma(gamma: float) -> None:
-    if not (isinstance(gamma, (int, float)) and not isinstance(gamma, bool)) or not (
-        0 < gamma < math.inf
-    ):
-        raise ValueError(f"xPos gamma must be a finite number > 0, got {gamma!r}")
+def _check_gamma(gamma: float) -> float:
+    return _number(gamma, "xPos gamma", 0)
 
 
-def _check_scale_base(scale_base: float) -> None:
-    if not (isinstance(scale_base, (int, float)) and not isinstance(scale_base, bool)) or not (
-        scale_base > 0
-    ):
-        raise ValueError(
-            f"xPos scale_base must be > 0 (math.inf switches the decay off), got {scale_base!r}"
-        )
+def _check_scale_base(scale_base: float) -> float:
+    return _number(scale_base, "xPos scale_base", 0, inf_ok=True, what=" (math.inf switches the decay off)")
+
+
+def _check_fits(span: float, gamma: float, scale_base: float, *dtypes: torch.dtype) -> None:
+    """``ValueError`` unless the factors of positions spanning ``span``, centred (the best shift: the
+    largest is ``zeta_0 ** (-span / 2B)``), lie within the normal range of every dtype."""
+    log_factor = span / (2 * scale_base) * math.log((1 + gamma) / gamma)
+    for dtype in dtypes:
+        info = torch.finfo(dtype)
+        limit = min(math.log(info.max), -math.log(info.tiny))
+        if log_factor > limit:
+            longest = math.floor(2 * scale_base * limit / math.log((1 + gamma) / gamma))
+            raise ValueError(
+                f"xPos factors for positions spanning {span:g} reach 1e{log_factor / math.log(10):.0f}, beyond "
+                f"{dtype}'s range: the scores would be inf/NaN. At scale_base={scale_base:g}, {dtype} holds a "
+                f"span of at most {longest:,}; use float32 or bfloat16, a larger scale_base or shorter sequences")
 
 
 def _work(device: torch.device) -> Tuple[torch.device, torch.dtype]:
@@ -91,7 +105,7 @@ def xpos_zeta(dim: int, gamma: float = 0.4) -> torch.Tensor:
     [0.5, 0.75]
     """
     _check_dim(dim)
-    _check_gamma(gamma)
+    gamma = _check_gamma(gamma)
     two_i = torch.arange(0, dim, 2, dtype=torch.float64)
     return (two_i / dim + gamma) / (1.0 + gamma)
 
@@ -136,15 +150,24 @@ def xpos_scales(
         ``positions``.
     """
     zeta = xpos_zeta(dim, gamma)
-    _check_scale_base(scale_base)
-    positions = torch.as_tensor(positions)
+    scale_base = _check_scale_base(scale_base)
+    positions = _real_tensor(positions, "positions")
     if positions.ndim == 0:
-        raise ValueError("positions must have at least one dimension (..., seq)")
+        raise ValueError("positions must have at least one dimension (..., seq), got a single number")
+    center = None if center is None else _number(center, "center")
+    scale = _scales(positions, zeta, scale_base, centered, center, interleaved)
+    if scale.device.type != "meta" and not bool(((scale > 0) & (scale < math.inf)).all()):
+        raise ValueError(f"xPos factors overflow {scale.dtype}'s range (0 or inf): positions too far from the "
+                         "centre for this gamma and scale_base")
+    return scale
+
+
+def _scales(positions, zeta, scale_base, centered, center, interleaved) -> torch.Tensor:
     device, work = _work(positions.device)
     pos = positions.to(device=device, dtype=work)
     if center is not None:
-        pos = pos - float(center)
-    elif centered:
+        pos = pos - center
+    elif centered and pos.shape[-1]:
         pos = pos - _center(pos)
     exponent = pos[..., None] / scale_base  # (..., seq, 1)
     scale = zeta.to(device=device, dtype=work) ** exponent  # (..., seq, dim/2)
@@ -165,9 +188,9 @@ def _xpos_tables(
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """cos, sin and scale, each ``(..., k_len, dim)`` in the working dtype on ``device``."""
     device, work = _work(device)
-    positions = torch.as_tensor(positions, device=device)
-    cos, sin = rope_cos_sin(positions, dim, base, interleaved=interleaved, dtype=work, device=device)
-    scale = xpos_scales(positions, dim, gamma, scale_base, centered, interleaved=interleaved)
+    positions = positions.to(device)
+    cos, sin = _cos_sin_tables(positions, rope_frequencies(dim, base), interleaved, work, device)
+    scale = _scales(positions, xpos_zeta(dim, gamma), scale_base, centered, None, interleaved)
     return cos, sin, scale.to(device=device, dtype=work)
 
 
@@ -179,12 +202,19 @@ def _apply_tables(
     scale: torch.Tensor,
     interleaved: bool,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    q_len = q.shape[-2]
+    first = cos.shape[-2] - q.shape[-2]  # queries are the last q_len key positions
     work = cos.dtype
     qw, kw = q.to(work), k.to(work)
-    q_out = _rotate(qw, cos[..., -q_len:, :], sin[..., -q_len:, :], interleaved) * scale[..., -q_len:, :]
+    q_out = _rotate(qw, cos[..., first:, :], sin[..., first:, :], interleaved) * scale[..., first:, :]
     k_out = _rotate(kw, cos, sin, interleaved) / scale
     return q_out.to(q.dtype), k_out.to(k.dtype)
+
+
+def _span(positions: torch.Tensor) -> float:
+    """The largest ``max - min`` of a row of positions (0 on the meta device, which holds no values)."""
+    if positions.device.type == "meta" or not positions.numel():
+        return 0.0
+    return float((positions.amax(dim=-1) - positions.amin(dim=-1)).max())
 
 
 def _check_qk(q: torch.Tensor, k: torch.Tensor) -> None:
@@ -226,10 +256,12 @@ def apply_xpos(
     ``m < n`` the factors exceed 1 and grow exponentially.
 
     Args:
-        q: ``(..., q_len, head_dim)`` queries, e.g. ``(batch, heads, q_len, head_dim)``.
+        q: ``(..., q_len, head_dim)`` floating-point queries, e.g. ``(batch, heads, q_len, head_dim)``.
         k: ``(..., k_len, head_dim)`` keys, ``k_len >= q_len``; queries sit at
             the last ``q_len`` key positions (decoding with a cache).
-        positions: ``(..., k_len)`` key positions, default ``0 .. k_len-1``.
+        positions: key positions ``(k_len,)``, ``(batch, k_len)`` (4-D: every
+            head alike) or broadcastable as in :func:`posenc.apply_rope`;
+            default ``0 .. k_len-1``.
         base: RoPE base.
         gamma, scale_base: see :func:`xpos_zeta` and :func:`xpos_scales`;
             ``scale_base=math.inf`` gives plain RoPE.
@@ -239,18 +271,24 @@ def apply_xpos(
 
     Returns:
         ``(q', k')`` with the shapes and dtypes of ``q`` and ``k``. The work is
-        done in float64 and cast back; entries that do not fit the dtype become
-        ``inf`` (uncentred float16 keys beyond about 4,500 positions, for example).
+        done in float64 and cast back. ``ValueError`` when even centred factors
+        leave the dtype's range (float16 beyond about 7,900 positions at
+        ``B = 512``); with ``centered=False`` entries that do not fit become
+        ``inf`` (uncentred float16 keys beyond about 4,500 positions, for
+        example), as do scores of far *future* keys, whose exact values are huge.
     """
+    q, k = _float_tensor(q, "q"), _float_tensor(k, "k")
     _check_qk(q, k)
+    base, gamma, scale_base = _check_base(base), _check_gamma(gamma), _check_scale_base(scale_base)
     k_len, dim = k.shape[-2], k.shape[-1]
     if positions is None:
-        positions = torch.arange(k_len, device=k.device)
-    positions = torch.as_tensor(positions, device=k.device)
-    if positions.ndim == 0 or positions.shape[-1] != k_len:
-        raise ValueError(
-            f"positions must end in the key length {k_len}, got shape {tuple(positions.shape)}"
-        )
+        positions, span = torch.arange(k_len, device=k.device), max(k_len - 1, 0)
+    else:
+        positions = _align_positions(_real_tensor(positions, "positions"), k.shape[:-2], k_len, "key length", "k")
+        _align_positions(positions, q.shape[:-2], k_len, "key length", "q")  # the query rows must fit too
+        span = _span(positions)
+        positions = positions.to(k.device)
+    _check_fits(span, gamma, scale_base, q.dtype, k.dtype, _work(k.device)[1])
     cos, sin, scale = _xpos_tables(
         positions, dim, base, gamma, scale_base, interleaved, centered, k.device
     )
@@ -267,7 +305,9 @@ class XPos(nn.Module):
     ``forward(q, k, positions=None)`` returns ``(q', k')``. Tables for
     positions ``0 .. k_len-1`` are kept per ``(k_len, device)``; the shift
     ``c`` depends on ``k_len``, so apply the module to the whole key sequence
-    (cached *un-rotated* keys included) at every step.
+    (cached *un-rotated* keys included) at every step. Arguments are checked
+    here, at construction; tables cached under ``torch.inference_mode()`` are
+    ordinary tensors, so they serve training later.
     """
 
     def __init__(
@@ -281,16 +321,10 @@ class XPos(nn.Module):
     ) -> None:
         super().__init__()
         _check_dim(head_dim)
-        _check_gamma(gamma)
         _check_scale_base(scale_base)
-        if not base > 1:
-            raise ValueError(f"RoPE base must be > 1, got {base!r}")
-        self.head_dim = head_dim
-        self.base = float(base)
-        self.gamma = float(gamma)
+        self.head_dim, self.base, self.gamma = head_dim, _check_base(base), _check_gamma(gamma)
         self.scale_base = scale_base
-        self.interleaved = interleaved
-        self.centered = centered
+        self.interleaved, self.centered = bool(interleaved), bool(centered)
         self._cache: Dict[Tuple[Any, ...], Tuple[torch.Tensor, ...]] = {}
 
     def extra_repr(self) -> str:
@@ -301,22 +335,31 @@ class XPos(nn.Module):
         )
 
     def tables(self, k_len: int, device: Optional[torch.device] = None):
-        """The cached ``(cos, sin, scale)`` for positions ``0 .. k_len-1``, each ``(k_len, head_dim)``."""
-        check_lengths(k_len)
-        device = torch.device(device) if device is not None else torch.device("cpu")
+        """``(cos, sin, scale)`` for positions ``0 .. k_len-1``, each ``(k_len, head_dim)`` in float64.
+
+        Copies of the cached tables: writing into them leaves later rotations alone.
+        """
+        check_int("k_len", k_len, low=0)
+        return tuple(t.clone() for t in self._tables(k_len, _device(device, torch.device("cpu"))))
+
+    def _tables(self, k_len: int, device: torch.device):
+        """The cached tables themselves (no copy): for this module's own rotations only."""
         key = (k_len, str(device))
         if key not in self._cache:
             if len(self._cache) >= 8:
                 self._cache.clear()
-            self._cache[key] = _xpos_tables(
-                torch.arange(k_len, device=device), self.head_dim, self.base, self.gamma,
-                self.scale_base, self.interleaved, self.centered, device,
-            )
+            with torch.inference_mode(False):  # a cache filled under inference_mode must serve autograd later
+                self._cache[key] = _xpos_tables(
+                    torch.arange(k_len, device=device), self.head_dim, self.base, self.gamma,
+                    self.scale_base, self.interleaved, self.centered, device,
+                )
         return self._cache[key]
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(q', k')`` as :func:`apply_xpos` gives them, same shapes and dtypes."""
+        q, k = _float_tensor(q, "q"), _float_tensor(k, "k")
         _check_qk(q, k)
         if k.shape[-1] != self.head_dim:
             raise ValueError(f"expected head_dim {self.head_dim}, got {k.shape[-1]}")
@@ -325,22 +368,26 @@ class XPos(nn.Module):
                 q, k, positions, base=self.base, gamma=self.gamma, scale_base=self.scale_base,
                 interleaved=self.interleaved, centered=self.centered,
             )
-        cos, sin, scale = self.tables(k.shape[-2], k.device)
+        k_len = k.shape[-2]
+        _check_fits(max(k_len - 1, 0), self.gamma, self.scale_base, q.dtype, k.dtype, _work(k.device)[1])
+        cos, sin, scale = self._tables(k_len, k.device)
         fused = self._fused_tables(cos, sin, scale, q.dtype) if q.dtype == k.dtype else None
         if fused is None:  # scales too extreme for q's dtype: work in the tables' float64
             return _apply_tables(q, k, cos, sin, scale, self.interleaved)
         q_cos, q_sin, k_cos, k_sin = fused  # (k_len, head_dim) each
-        q_len = q.shape[-2]
-        return _rotate(q, q_cos[-q_len:], q_sin[-q_len:], self.interleaved), _rotate(k, k_cos, k_sin, self.interleaved)
+        first = k_len - q.shape[-2]
+        return _rotate(q, q_cos[first:], q_sin[first:], self.interleaved), _rotate(k, k_cos, k_sin, self.interleaved)
 
     def rotate_stacked(self, qk: torch.Tensor) -> torch.Tensor:
         """Queries and keys stacked as ``(2, ..., seq, head_dim)`` (equal lengths), in one pass.
 
         The same as ``torch.stack(self(qk[0], qk[1]))``.
         """
+        qk = _float_tensor(qk, "qk")
         if qk.ndim < 3 or qk.shape[0] != 2 or qk.shape[-1] != self.head_dim:
             raise ValueError(f"qk must be (2, ..., seq, {self.head_dim}), got {tuple(qk.shape)}")
-        cos, sin, scale = self.tables(qk.shape[-2], qk.device)
+        _check_fits(max(qk.shape[-2] - 1, 0), self.gamma, self.scale_base, qk.dtype, _work(qk.device)[1])
+        cos, sin, scale = self._tables(qk.shape[-2], qk.device)
         fused = self._fused_tables(cos, sin, scale, qk.dtype)
         if fused is None:
             return torch.stack(self(qk[0], qk[1]))
@@ -357,18 +404,21 @@ class XPos(nn.Module):
         costs: two multiplications and an addition per element, in the input's
         dtype. Safe means within ``[sqrt(tiny), sqrt(max)]`` of ``dtype`` (no
         overflow or subnormal in either factor of a logit); at long lengths the
-        float64 path is used instead.
+        float64 path is used instead (and on the meta device, which holds no values).
         """
         key = ("fused", cos.shape[0], str(cos.device), dtype)
         if key not in self._cache:
+            if cos.device.type == "meta":
+                return None
             info = torch.finfo(dtype)
             low, high = math.sqrt(info.tiny), math.sqrt(info.max)
-            if not (scale.min() >= low and scale.max() <= high and (1 / scale).min() >= low
-                    and (1 / scale).max() <= high):
+            if scale.numel() and not (scale.min() >= low and scale.max() <= high and (1 / scale).min() >= low
+                                      and (1 / scale).max() <= high):
                 return None
             if len(self._cache) >= 16:
                 self._cache.clear()
-            self._cache[key] = tuple(t.to(dtype) for t in (cos * scale, sin * scale, cos / scale, sin / scale))
+            with torch.inference_mode(False):  # a cache filled under inference_mode must serve autograd later
+                self._cache[key] = tuple(t.to(dtype) for t in (cos * scale, sin * scale, cos / scale, sin / scale))
         return self._cache[key]
 
 
@@ -402,6 +452,7 @@ def blockwise_causal_mask(
     """
     check_int("block", block)
     k_len = check_lengths(q_len, k_len)
+    device = _device(device, None)
     rel = relative_positions(q_len, k_len, device=device)  # j - i_pos
     q_block = torch.arange(k_len - q_len, k_len, device=device) // block  # (q_len,)
     k_block = torch.arange(k_len, device=device) // block  # (k_len,)
@@ -423,11 +474,8 @@ class XPosRotation(PositionScheme):
 
     def __init__(self, base: float = 10000.0, *, scale_base: float = 512.0, gamma: float = 0.4) -> None:
         super().__init__()
-        _check_gamma(gamma)
-        _check_scale_base(scale_base)
-        if not base > 1:
-            raise ValueError(f"RoPE base must be > 1, got {base!r}")
-        self.base, self.scale_base, self.gamma = float(base), float(scale_base), float(gamma)
+        self.base, self.gamma = _check_base(base), _check_gamma(gamma)
+        self.scale_base = _check_scale_base(scale_base)
         self._xpos: Optional[XPos] = None
 
     def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
@@ -436,4 +484,5 @@ class XPosRotation(PositionScheme):
         self._xpos = XPos(self.head_dim, self.base, gamma=self.gamma, scale_base=self.scale_base)
 
     def rotate(self, qk: torch.Tensor) -> torch.Tensor:
+        _require_bound(self, self._xpos is not None)
         return self._xpos.rotate_stacked(qk)
