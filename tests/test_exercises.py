@@ -77,13 +77,17 @@ _bca = pe.blockwise_causal_mask(32, block=4).sum(-1)
 _window = pe.sliding_window_mask(32, window=8).sum(-1)
 _xpos_limit = 32768 / 2 * math.log(1.4 / 0.4) / math.log(torch.finfo(torch.float16).max)
 _ntk_s = 10000 / 4096
+_zeta = lambda x, q: torch.special.zeta(torch.tensor(x, dtype=torch.float64), torch.tensor(q, dtype=torch.float64)).item()
+# Share of the keys t >= a back under weights (1 + t/2)^-2: sum_(t >= a) (t + 2)^-2 over sum_(t >= 0) (t + 2)^-2.
+_far_share = lambda a: _zeta(2.0, a + 2.0) / _zeta(2.0, 2.0)
 
 #: exercise -> (right value answers, wrong value answers)
 VALUES = {
     "1.2": ([_first_bfloat16_collision()], [_first_bfloat16_collision() + 1, 188]),
     "1.3": ([(2048 - 512) * (2048 - 512 + 1) / 2048 ** 2,
-             (pe.relative_positions(2048).abs() >= 512).double().mean().item(), 0.5628],
-            [(1 - 512 / 2048) ** 2, 1536 * 1536 / 2048 ** 2]),
+             (pe.relative_positions(2048).abs() >= 512).double().mean().item(), 0.5628, 0.5629],
+            [(1 - 512 / 2048) ** 2, 1536 * 1536 / 2048 ** 2,
+             1537 * 1538 / 2048 ** 2, 1535 * 1536 / 2048 ** 2]),                    # off by one in L
     "2.2": ([pe.sinusoidal_wavelengths(512, 10000.0).max(), 2 * math.pi * 1e4 ** (510 / 512), 60611],
             [2 * math.pi * 1e4, 2 * math.pi * 1e4 ** (508 / 512)]),
     "2.3": ([_turning_pairs(512, 64, 10000.0),
@@ -91,22 +95,31 @@ VALUES = {
     "3.1": ([_slow_pairs(500000.0, 8192), torch.tensor(29), np.int64(29)], [28, 30, 18]),
     "3.2": ([pe.rope_decay_bound(torch.arange(257), 128,
                                  inv_freq=torch.full((64,), 1 / 100, dtype=torch.float64))[256],
-             (128 / 2 + 1) / 2], [32.0, 0.0]),
-    "3.4": ([10000.0 * _ntk_s ** (128 / 126), 24760], [10000.0 * _ntk_s, 10000.0 * _ntk_s ** 2]),
+             (128 / 2 + 1) / 2], [32.0, 33.0, 0.0]),
+    "3.4": ([10000.0 * _ntk_s ** (128 / 126), 24762],
+            [10000.0 * _ntk_s, 10000.0 * _ntk_s ** 2, 24760,
+             10000.0 * (9999 / 4096) ** (128 / 126), 10000.0 * (10001 / 4096) ** (128 / 126)]),  # length off by one
     "3.5": ([(_yarn2(16), _yarn2(64)), [1.63, 2.0], torch.tensor([1.631, 2.005])],
             [(pe.yarn_attention_factor(16.0), pe.yarn_attention_factor(64.0)), (_yarn2(64), _yarn2(16)),
              (_yarn2(16),)]),
     "4.1": ([pe.alibi_slopes(12, dtype=torch.float64), _authors_slopes(12)],
             [[2 ** (-8 * h / 12) for h in range(1, 13)], sorted(_authors_slopes(12), reverse=True)]),
-    "4.2": ([math.log(2) / _slopes8, [1.39, 2.77, 5.55, 11.1, 22.2, 44.4, 88.7, 177.4]],
-            [(math.log(2) / _slopes8).ceil(), 1 / _slopes8]),
+    "4.2": ([math.log(2) / _slopes8, [1.39, 2.77, 5.55, 11.1, 22.2, 44.4, 88.7, 177.4],
+             [1.39, 2.77, 5.55, 11.09, 22.18, 44.36, 88.72, 177.45]],
+            [(math.log(2) / _slopes8).ceil(), 1 / _slopes8, [1, 3, 6, 11, 22, 44, 89, 177],
+             math.log(2) * 2 ** torch.arange(8.0),                                   # heads counted from 0
+             [math.log(2)] + (math.log(2) / _slopes8)[1:].tolist()]),                # ln 2 for one head
     "4.3": ([((_geometric_reach > 100).sum().item(), (_linear_reach > 100).sum().item())],
             [(4, 1), (3, 0), (5, 0)]),
     "4.4": ([(_m1, math.exp(-511 * _m1)), (1 / 256, 0.136)],
-            [(1 / 16, math.exp(-511 / 16)), (1 / 256, math.exp(-512 / 16))]),
-    "4.5": ([1 / torch.expm1(_slopes8)], [1 / _slopes8, 1 / _slopes8 - 1]),
+            [(1 / 16, math.exp(-511 / 16)), (1 / 256, math.exp(-512 / 16)),
+             (1 / 256, math.exp(-510 / 256)), (1 / 256, math.exp(-512 / 256))]),    # off by one in the distance
+    "4.5": ([1 / torch.expm1(_slopes8), [1.54, 3.52, 7.51, 15.51, 31.5, 63.5, 127.5, 255.5]],
+            [1 / _slopes8, 1 / _slopes8 - 1, 1 / torch.expm1(_slopes8) + 1]),
     "5.1": ([(_log_kernel_last(0.01), _log_kernel_last(0.5)), [23, 0]], [(22, 0), (23, 1), (24, 0)]),
     "5.2": ([(_bucket_31(512), _bucket_31(4096))], [(400, 3984), (3983, 399)]),
+    "5.4": ([(0, 132), [0, 12 * 11], torch.tensor([0, 132])], [(0, 66), (0, 144), (132, 0), (1, 132)]),
+    "5.5": ([_far_share(128), 0.012, 0.01197], [_far_share(127), _far_share(129), 0.011, _far_share(0)]),
     "6.2": ([_xpos_limit, 1851], [2048, 512, 1900]),
     "6.4": ([(_bca, _window), (_bca.tolist(), _window.tolist())],
             [(_window, _bca), (_bca, _bca), (_bca[:-1], _window)]),
@@ -134,6 +147,9 @@ FUNCTIONS = {
     "4.1": ([_authors_slopes, lambda n: pe.alibi_slopes(n)],
             [lambda n: [2 ** (-8 * h / n) for h in range(1, n + 1)],
              lambda n: _authors_slopes(n + 1)[:n]]),
+    "5.3": ([lambda w, c: w * math.exp(c) / (1 - w + w * math.exp(c)),
+             lambda w, c: torch.tensor([math.log(w) + c, math.log(1 - w)]).double().softmax(0)[0]],
+            [lambda w, c: w * math.exp(c), lambda w, c: w, lambda w, c: w * math.exp(c) / (1 + w * math.exp(c))]),
     "7.4": ([_reach], [lambda m, s: _reach(m, s) + 1, lambda m, s: int(s / m)]),
     "8.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
 }

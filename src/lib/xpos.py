@@ -1,13 +1,13 @@
 """xPos: RoPE with an exponential decay (Sun et al., ACL 2023, "A Length-Extrapolatable Transformer").
 
 RoPE rotates a query at position ``m`` and a key at position ``n`` by ``R_m`` and
-``R_n``. xPos additionally *scales* them, queries up and keys down, with a
-per-channel-pair factor ``zeta_i`` raised to the position over a scale base
+``R_n``. xPos additionally *scales* them, with a per-channel-pair factor ``zeta_i`` raised to the position over a scale base
 ``B``:
 
 .. math::
     q_m \\to R_m q_m\\, \\zeta^{m/B}, \\qquad k_n \\to R_n k_n\\, \\zeta^{-n/B},
 
+(``zeta_i < 1``: queries are scaled down and keys up as the position grows),
 so that the score of pair ``i`` is the RoPE score times ``zeta_i^{(m-n)/B}``,
 a function of the offset ``m - n`` alone. With ``zeta_i < 1`` it decays with
 distance for ``m >= n`` and *grows* for ``m < n``: xPos is meant for causal
@@ -243,7 +243,7 @@ def apply_xpos(
     interleaved: bool = False,
     centered: bool = True,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Rotate queries and keys by RoPE, then scale queries up and keys down (xPos).
+    """Rotate queries and keys by RoPE, then scale them by ``zeta^(+-position / B)`` (xPos).
 
     ``q'_m = R_m q_m * zeta^((m - c)/B)`` and ``k'_n = R_n k_n / zeta^((n - c)/B)``
     channel-pair-wise, so that
