@@ -2,7 +2,8 @@
 #
 #   make book    build the website into _build/html (executes every notebook)
 #   make test    library tests + every chapter notebook (nbval) + browser tests
-#                of the built site (when _build/html exists)
+#                of the built site (when _build/html exists) + two chapters run
+#                as on Colab (make colab-check)
 #
 # Both create or update the virtual environment $(VENV) from requirements.txt.
 
@@ -20,8 +21,12 @@ JOBS   ?= 2
 # torch threads per worker and kernel: the cores shared out, so that JOBS
 # kernels do not fight over them (oversubscribed OpenMP threads spin-wait).
 THREADS ?= $(shell $(PYTHON) -c "import os; print(max(1, (os.cpu_count() or 1) // $(JOBS)))")
+# Chapters that `make colab-check` runs as on Colab (file-name prefixes; empty: all),
+# and the quick ones that `make test` runs that way (empty: none).
+CHAPTERS ?=
+COLAB_QUICK ?= 01 02
 
-.PHONY: all book test test-lib test-notebooks test-site benchmarks venv clean
+.PHONY: all book test test-lib test-notebooks test-site colab-check install-cells dist benchmarks venv clean
 
 all: test
 
@@ -41,6 +46,9 @@ book: venv
 test: venv
 	OMP_NUM_THREADS=$(THREADS) POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest tests chapters --nbval-lax -p no:cacheprovider \
 		-n $(JOBS) --dist loadfile
+ifneq ($(strip $(COLAB_QUICK)),)
+	@$(MAKE) --no-print-directory colab-check CHAPTERS="$(COLAB_QUICK)"
+endif
 
 test-lib: venv
 	$(BIN)/python -m pytest tests -p no:cacheprovider
@@ -51,6 +59,21 @@ test-notebooks: venv
 
 test-site: venv
 	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/test_site.py -p no:cacheprovider
+
+# Chapters as Colab runs them: a bare environment (cached in ~/.cache/posenc-colab-check),
+# posenc installed by each chapter's first cell from a git clone of this checkout.
+colab-check: venv
+	POSENC_SIZE=$(SIZE) $(BIN)/python book/colab_check.py $(CHAPTERS)
+
+# Write the repository URL (_config.yml, GitHub Actions, or a GitHub origin) into every chapter's first cell.
+install-cells: venv
+	$(BIN)/python book/install_cells.py
+
+# Wheel and sdist of posenc in dist/, checked by twine.
+dist: venv
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
 
 benchmarks: venv
 	$(BIN)/python benchmarks/attention.py

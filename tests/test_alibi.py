@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -90,3 +91,62 @@ def test_bias_row_softmax_invariance_under_causal_mask():
 def test_bad_slopes():
     with pytest.raises(ValueError, match="1-D"):
         pe.alibi_bias(torch.ones(2, 2), 3)
+
+
+# ------------------------------------------------------------------ reliability
+
+
+def test_learnable_slopes_keep_their_graph():
+    """alibi_bias(slopes) with slopes that require grad: d bias / d m_h = -|i - j| (and a finite difference)."""
+    slopes = torch.tensor([0.5, 0.125, 0.03], dtype=torch.float64, requires_grad=True)
+    bias = pe.alibi_bias(slopes, 5, 7, dtype=torch.float64)
+    assert bias.requires_grad
+    weight = torch.randn(3, 5, 7, dtype=torch.float64)
+    (grad,) = torch.autograd.grad((bias * weight).sum(), slopes)
+    dist = pe.relative_positions(5, 7).abs().double()
+    assert torch.allclose(grad, -(weight * dist).sum((-2, -1)), atol=1e-12)
+    h, step = 1, 1e-6
+    plus, minus = slopes.detach().clone(), slopes.detach().clone()
+    plus[h] += step
+    minus[h] -= step
+    finite = ((pe.alibi_bias(plus, 5, 7, dtype=torch.float64) - pe.alibi_bias(minus, 5, 7, dtype=torch.float64))
+              * weight).sum() / (2 * step)
+    assert grad[h].item() == pytest.approx(finite.item(), rel=1e-6)
+    # through attention, a learned slope trains
+    q = torch.randn(1, 3, 5, 4, dtype=torch.float64)
+    k, v = torch.randn(1, 3, 7, 4, dtype=torch.float64), torch.randn(1, 3, 7, 4, dtype=torch.float64)
+    out = pe.attention(q, k, v, bias=pe.alibi_bias(slopes, 5, 7, dtype=torch.float64))
+    (g_att,) = torch.autograd.grad(out.square().sum(), slopes)
+    (g_rel,) = torch.autograd.grad(pe.relative_attention(q, k, v, slopes=slopes).square().sum(), slopes)
+    assert torch.allclose(g_att, g_rel, atol=1e-10) and (g_att != 0).all()
+
+
+def test_head_counts_and_slopes_of_other_types():
+    assert torch.equal(pe.alibi_bias(np.int64(4), 5), pe.alibi_bias(4, 5))
+    assert torch.equal(pe.alibi_bias(torch.tensor(4), 5), pe.alibi_bias(4, 5))
+    slopes = pe.alibi_slopes(4)
+    for given in (slopes.tolist(), slopes.numpy(), tuple(slopes.tolist())):
+        assert torch.equal(pe.alibi_bias(given, 5), pe.alibi_bias(slopes, 5))
+    assert torch.equal(pe.alibi_bias(torch.tensor([1, 2]), 3), pe.alibi_bias(torch.tensor([1.0, 2.0]), 3))
+    assert pe.alibi_bias(slopes.to("meta"), 5).is_meta
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: pe.alibi_bias(8.0, 512), "n_heads must be an integer"),
+    (lambda: pe.alibi_bias(True, 5), "n_heads must be an integer"),
+    (lambda: pe.alibi_bias("eight", 5), "n_heads must be an integer"),
+    (lambda: pe.alibi_bias(torch.tensor(8.0), 5), "n_heads must be an integer"),
+    (lambda: pe.alibi_bias([], 5), "non-empty 1-D"),
+    (lambda: pe.alibi_bias([0.5, float("nan")], 5), "finite"),
+    (lambda: pe.alibi_bias(torch.tensor([True, False]), 5), "real numbers"),
+    (lambda: pe.alibi_bias(8, 16, dtype=torch.int64), "floating-point"),
+    (lambda: pe.alibi_bias(8, 16, dtype=torch.bool), "floating-point"),
+    (lambda: pe.alibi_slopes(8, dtype=torch.int32), "floating-point"),
+    (lambda: pe.alibi_bias(8, 0), "q_len"),
+    (lambda: pe.alibi_bias(8, 5, 4), "k_len"),
+])
+def test_clear_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+    with pytest.raises(TypeError, match="slopes"):
+        pe.alibi_bias(["a", "b"], 5)

@@ -99,3 +99,97 @@ def test_bad_shapes():
         pe.attention(q, k, v, bias=torch.zeros(3, 9, 9))
     with pytest.raises(ValueError, match="boolean"):
         pe.attention(q, k, v, mask=torch.ones(9, 9))
+
+
+# ------------------------------------------------------------------ reliability
+
+
+@pytest.mark.parametrize("return_weights", [False, True])
+def test_a_query_allowed_no_key_gets_zeros(return_weights):
+    """A mask row without True, or a bias row of -inf, gives a zero row (not NaN) with or without weights."""
+    q, k, v = (t.requires_grad_() for t in qkv())
+    mask = torch.ones(9, 9, dtype=torch.bool)
+    mask[2] = False
+    bias = torch.zeros(4, 9, 9, dtype=torch.float64)
+    bias[:, 5] = float("-inf")
+    for kw in (dict(mask=mask), dict(bias=bias), dict(mask=mask, bias=bias, causal=False)):
+        out = pe.attention(q, k, v, return_weights=return_weights, **kw)
+        out, w = out if return_weights else (out, None)
+        dead = [2] if "mask" in kw else [5]
+        assert torch.isfinite(out).all() and (out[:, :, dead] == 0).all()
+        if w is not None:
+            assert (w[:, :, dead] == 0).all() and torch.isfinite(w).all()
+        grads = torch.autograd.grad(out.sum(), (q, k, v))
+        assert all(torch.isfinite(g).all() for g in grads)
+    ref = reference(q, k, v, mask=mask)
+    live = torch.arange(9) != 2
+    assert torch.allclose(pe.attention(q, k, v, mask=mask)[:, :, live], ref[:, :, live], atol=1e-12)
+
+
+def test_inputs_converted_when_safe():
+    q, k, v = qkv()
+    bias = pe.alibi_bias(4, 9, dtype=torch.float64)
+    ref = pe.attention(q, k, v, bias=bias)
+    assert torch.allclose(pe.attention(q, k, v, bias=bias.numpy()), ref)  # NumPy bias
+    int_bias = torch.randint(-3, 1, (4, 9, 9))
+    assert torch.allclose(pe.attention(q, k, v, bias=int_bias), pe.attention(q, k, v, bias=int_bias.double()))
+    mask = pe.sliding_window_mask(9, window=3)
+    assert torch.equal(pe.attention(q, k, v, mask=mask.numpy()), pe.attention(q, k, v, mask=mask))
+    # a (heads, q, k) bias with a (batch, 1, q, k) mask: combined by broadcasting (rows left empty give 0)
+    mask4 = torch.rand(2, 1, 9, 9) < 0.8
+    assert torch.allclose(pe.attention(q, k, v, bias=bias, mask=mask4),
+                          reference(q, k, v, bias=bias, mask=mask4).nan_to_num(0.0), atol=1e-12)
+
+
+def test_empty_and_meta_inputs():
+    q, k, v = qkv()
+    assert pe.attention(q[:, :, :0], k, v).shape == (2, 4, 0, 8)
+    assert pe.attention(q[:, :, :0], k[:, :, :0], v[:, :, :0]).shape == (2, 4, 0, 8)
+    out, w = pe.attention(q[:0], k[:0], v[:0], return_weights=True)
+    assert out.shape == (0, 4, 9, 8) and w.shape == (0, 4, 9, 9)
+    meta = [t.to("meta") for t in (q, k, v)]
+    bias = pe.alibi_bias(4, 9).to("meta")
+    assert pe.attention(*meta, bias=bias).shape == (2, 4, 9, 8)
+    assert pe.attention(*meta, bias=bias, return_weights=True)[1].shape == (2, 4, 9, 9)
+
+
+def test_clear_errors_for_bad_inputs():
+    q, k, v = qkv()
+    cases = [
+        ((q.numpy(), k, v), {}, TypeError, "torch.Tensor"),
+        ((q.long(), k.long(), v.long()), {}, ValueError, "floating-point"),
+        ((q > 0, k > 0, v > 0), {}, ValueError, "floating-point"),
+        ((q, k.float(), v), {}, ValueError, "one dtype and device"),
+        ((q, k, v.to("meta")), {}, ValueError, "one dtype and device"),
+        ((q, k, v[:, :2]), {}, ValueError, "batch, seq, heads, head_dim"),
+        ((q, k, v), dict(bias=torch.zeros(3, 4, 9, 9)), ValueError, "does not broadcast"),
+        ((q, k, v), dict(bias=torch.zeros(1, 2, 4, 9, 9)), ValueError, "does not broadcast"),
+        ((q, k, v), dict(bias=torch.zeros(4, 9, 9, dtype=torch.bool)), ValueError, "mask="),
+        ((q, k, v), dict(bias=torch.zeros(4, 9, 9, device="meta")), ValueError, "meta"),
+        ((q, k, v), dict(bias="alibi"), TypeError, "bias"),
+        ((q, k, v), dict(mask=torch.ones(3, 1, 9, 9, dtype=torch.bool)), ValueError, "does not broadcast"),
+        ((q, k, v), dict(scale=float("nan")), ValueError, "scale"),
+        ((q, k, v), dict(causal="yes"), TypeError, "causal"),
+    ]
+    for args, kw, error, match in cases:
+        with pytest.raises(error, match=match):
+            pe.attention(*args, **kw)
+    # (batch, seq, heads, dim) by mistake: caught through the bias's shape
+    with pytest.raises(ValueError, match="batch, seq, heads, head_dim"):
+        pe.attention(*(t.transpose(1, 2) for t in (q, k, v)), bias=pe.alibi_bias(4, 9))
+    with pytest.raises(ValueError, match="floating-point"):
+        pe.combine_bias_and_mask(torch.zeros(2, 3, 3), None, torch.int64)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        pe.combine_bias_and_mask(torch.zeros(2, 3, 3), torch.ones(4, 3, 3, dtype=torch.bool), torch.float32)
+    with pytest.raises(ValueError, match="boolean"):
+        pe.combine_bias_and_mask(None, torch.ones(3, 3), torch.float32)
+
+
+@pytest.mark.parametrize("scale", [-1.0, 0.0, -0.0, -0.25])
+def test_non_positive_scales(scale):
+    """PyTorch's fused causal kernel gives NaN for scale <= 0 on the CPU; attention does not."""
+    q, k, v = qkv()
+    for kw in (dict(), dict(bias=pe.alibi_bias(4, 9, dtype=torch.float64)), dict(causal=False)):
+        out = pe.attention(q, k, v, scale=scale, **kw)
+        assert torch.allclose(out, reference(q, k, v, scale=scale, **kw), atol=1e-12), kw
+    assert torch.allclose(pe.relative_attention(q, k, v, scale=scale), reference(q, k, v, scale=scale), atol=1e-12)

@@ -96,3 +96,27 @@ def test_log_length_scale_identities():
 def test_log_length_scale_bad_input(n, train_len):
     with pytest.raises(ValueError):
         pe.log_length_scale(n, train_len)
+
+
+def test_weights_without_values_or_of_an_empty_row():
+    with pytest.raises(ValueError, match="meta"):
+        pe.attention_entropy(torch.full((2, 4), 0.25, device="meta"))
+    # attention gives a query allowed no key zero weights: they are not a distribution
+    q = torch.zeros(1, 1, 3, 4)
+    mask = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
+    _, w = pe.attention(q, q, q, mask=mask, return_weights=True)
+    with pytest.raises(ValueError, match="allowed no key"):
+        pe.attention_entropy(w)
+    assert torch.allclose(pe.attention_entropy(w[:, :, [0, 2]]), torch.tensor([[[0.0, math.log(3)]]]))
+    with pytest.raises(ValueError, match="dim"):
+        pe.attention_entropy(torch.full((2, 2), 0.5), dim=torch.ones(2))
+    with pytest.raises(TypeError, match="keepdim"):
+        pe.attention_entropy(torch.full((2, 2), 0.5), keepdim="no")
+
+
+def test_log_length_scale_other_integer_types():
+    import numpy as np
+
+    assert pe.log_length_scale(np.int64(4096), torch.tensor(512)) == pytest.approx(12 / 9)
+    with pytest.raises(TypeError, match="clamp"):
+        pe.log_length_scale(8, 64, clamp=None)

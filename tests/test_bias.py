@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -260,3 +261,97 @@ def test_kerple_bad_input():
     # values of tensors that require grad are not checked (KerpleBias clamps them)
     r2 = torch.tensor([3.0], requires_grad=True)
     assert kerple_power_bias(torch.tensor([1.0]), r2, 3).shape == (1, 3, 3)
+
+
+# ------------------------------------------------------------------ reliability
+
+
+def _bound(scheme, n_heads=4):
+    scheme.bind(d_model=16, n_heads=n_heads, n_layers=2)
+    return scheme
+
+
+def test_sandwich_cache_filled_in_inference_mode_serves_a_later_backward():
+    """A table cached inside torch.inference_mode() is a normal tensor: forward + backward work outside."""
+    scheme = _bound(pe.Sandwich(dim=16))
+    with torch.inference_mode():
+        first = scheme.distance_bias(40, device=torch.device("cpu"), dtype=torch.float32)
+    table = scheme.distance_bias(40, device=torch.device("cpu"), dtype=torch.float32)
+    assert table is first and not table.is_inference()
+    lam = torch.tensor(0.5, requires_grad=True)  # a learned scale saves the table for its backward
+    q, k, v = (torch.randn(1, 4, 40, 8, requires_grad=True) for _ in range(3))
+    out = pe.relative_attention(q, k, v, distance_bias=lam * table)
+    out.sum().backward()
+    assert lam.grad is not None and torch.isfinite(q.grad).all()
+    table.add_(0.0)  # in-place use outside inference mode is allowed too
+
+
+def test_learned_biases_after_inference_mode():
+    """KERPLE and T5 modules called in inference mode then trained: parameters stay normal tensors."""
+    for module in (KerpleBias(4, "log"), T5RelativeBias(4)):
+        with torch.inference_mode():
+            module(8)
+        module(8).sum().backward()
+        assert all(p.grad is not None and not p.is_inference() for p in module.parameters())
+
+
+@pytest.mark.parametrize("build,match", [
+    (lambda: KerpleBias(2, dtype=torch.int64), "floating-point"),
+    (lambda: KerpleBias(2, r1=float("nan")), "finite"),
+    (lambda: KerpleBias(2, r2=[1.0, float("inf")]), "finite"),
+    (lambda: KerpleBias(2, eps=float("nan")), "eps"),
+    (lambda: KerpleBias(2.0), "n_heads"),
+    (lambda: T5RelativeBias(2, dtype=torch.bool), "floating-point"),
+    (lambda: T5RelativeBias(2, init_std=float("inf")), "init_std"),
+    (lambda: T5RelativeBias(2, num_buckets=2.5), "num_buckets"),
+    (lambda: pe.Sandwich(base=float("nan")), "base"),
+    (lambda: pe.Sandwich(dim=7), "even"),
+    (lambda: pe.Kerple("cubic"), "kind"),
+    (lambda: pe.T5Bias(num_buckets=1), "num_buckets"),
+    (lambda: KerpleBias(2, device="gpu7"), "device"),
+    (lambda: T5RelativeBias(2, device=1.5), "device"),
+    (lambda: pe.ALiBi().slopes(), "bind"),  # a scheme used before a model bound it
+    (lambda: pe.Sandwich().distance_bias(4, device=torch.device("cpu"), dtype=torch.float32), "bind"),
+    (lambda: pe.Kerple().distance_bias(4, device=torch.device("cpu"), dtype=torch.float32), "bind"),
+    (lambda: pe.T5Bias().distance_bias(4, device=torch.device("cpu"), dtype=torch.float32), "bind"),
+])
+def test_modules_validate_at_construction_and_before_use(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+@pytest.mark.parametrize("scheme", [pe.Sandwich(dim=16), pe.Kerple("power"), pe.T5Bias(), pe.ALiBi()])
+def test_scheme_tables_refuse_integer_dtypes(scheme):
+    scheme = _bound(scheme)
+    assert scheme.distance_bias(6, device=torch.device("cpu"), dtype=torch.float64).dtype == torch.float64
+    for dtype in (torch.int64, torch.bool):
+        with pytest.raises(ValueError, match="floating-point"):
+            scheme.distance_bias(6, device=torch.device("cpu"), dtype=dtype)
+
+
+def test_parameters_of_other_types():
+    r1, r2 = np.array([0.5, 1.0]), [1, 2]  # NumPy and integers are converted
+    assert torch.allclose(kerple_power_bias(r1, r2, 4), kerple_power_bias(torch.tensor([0.5, 1.0]),
+                                                                          torch.tensor([1.0, 2.0]), 4).double())
+    assert torch.equal(kerple_log_bias(1, 2, np.int64(3)), kerple_log_bias(1.0, 2.0, 3))
+    bad = [
+        (lambda: kerple_power_bias(torch.tensor([True]), 1.0, 4), ValueError, "real numbers"),
+        (lambda: kerple_power_bias(True, 1.0, 4), ValueError, "real numbers"),
+        (lambda: kerple_power_bias("r1", 1.0, 4), TypeError, "r1"),
+        (lambda: kerple_log_bias(1.0, torch.tensor([float("nan")], requires_grad=True), 4), ValueError, "finite"),
+        (lambda: kerple_power_bias(1.0, 1.0, 4.0), ValueError, "q_len"),
+        (lambda: sandwich_bias(2, 4, base=float("inf")), ValueError, "base"),
+        (lambda: sandwich_bias(2, 4, dtype=torch.int64), ValueError, "floating-point"),
+        (lambda: sandwich_qk(torch.zeros(1, 2, 3, 4).long(), torch.zeros(1, 2, 3, 4).long(), 1.0, 8), ValueError,
+         "floating-point"),
+        (lambda: sandwich_qk(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4).double(), 1.0, 8), ValueError,
+         "one dtype"),
+        (lambda: sandwich_qk(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), float("nan"), 8), ValueError,
+         "finite"),
+        (lambda: sandwich_qk(torch.zeros(1, 2, 3, 4).numpy(), torch.zeros(1, 2, 3, 4), 1.0, 8), TypeError, "Tensor"),
+        (lambda: t5_relative_buckets(None, False), TypeError, "rel"),
+        (lambda: t5_relative_buckets(torch.tensor([True]), False), ValueError, "integer"),
+    ]
+    for call, error, match in bad:
+        with pytest.raises(error, match=match):
+            call()

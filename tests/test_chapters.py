@@ -31,12 +31,18 @@ def test_chapter_is_stored_clean_and_has_exercises(path):
 
 
 def test_install_cells_match_the_configured_repository():
-    """The first code cell of every chapter imports posenc through the block _config.yml's URL gives."""
-    block = install_cells.install_block(install_cells.repository_url())
+    """The first code cell of every chapter installs posenc from the book's repository, as the site links it.
+
+    The URL is discovered as the build discovers it (``repository.url`` of _config.yml, else GitHub
+    Actions' GITHUB_REPOSITORY, else a GitHub origin remote); with none, the plain `pip install -e .` block.
+    """
+    url, source = install_cells.discover()
+    block = install_cells.install_block(url)
     for path in CHAPTERS:
         cells = json.loads(path.read_text())["cells"]
-        source = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
-        assert block in source, f"{path.name}: run `python book/install_cells.py`"
+        code = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+        assert block in code, (f"{path.name} does not install posenc from {url or '(no repository URL)'} "
+                               f"(from {source}): run `make install-cells` and commit the chapters")
 
 
 def test_install_block_round_trip():

@@ -194,3 +194,44 @@ def test_bad_attention_arguments():
     model.train_len = T
     with pytest.raises(ValueError, match="softmax"):
         model.log_n_scaling = True
+
+
+# ---------------------------------------------------------------------------
+# Reliability
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build,error,match", [
+    (lambda: Y.SoftmaxAttention(16, 4.0), ValueError, "n_heads"),
+    (lambda: Y.SoftmaxAttention(16, 4, dropout=float("nan")), ValueError, "dropout"),
+    (lambda: Y.SoftmaxAttention(16, 4, dropout=1.5), ValueError, "dropout"),
+    (lambda: Y.SoftmaxAttention(16, 4, rope=True, rope_base=float("inf")), ValueError, "rope_base"),
+    (lambda: Y.SoftmaxAttention(16, 4, rope=True, rope_base=0.5), ValueError, "rope_base"),
+    (lambda: Y.SoftmaxAttention(16, 4, causal="yes"), TypeError, "causal"),
+    (lambda: Y.LinearAttention(16, 4, eps=float("nan")), ValueError, "eps"),
+    (lambda: Y.LinearAttention(16, 4, method="fast"), ValueError, "method"),
+    (lambda: Y.NormAttention(16, 4, feature="softmax"), ValueError, "feature"),
+    (lambda: Y.NormAttention(16, 4, gain=torch.ones(2)), TypeError, "gain"),
+    (lambda: Y.DiagAttention(16, 4, block_size=0), ValueError, "block_size"),
+    (lambda: Y.DiagAttention(16, 4, kind="gelu"), ValueError, "kind"),
+])
+def test_layers_validate_at_construction(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+def test_layer_inputs_are_checked():
+    layer = Y.SoftmaxAttention(16, 4)
+    with pytest.raises(ValueError, match="floating-point"):
+        layer(torch.ones(1, 3, 16, dtype=torch.long))
+    with pytest.raises(ValueError, match="layer's weights are torch.float32"):
+        layer(torch.ones(1, 3, 16, dtype=torch.float64))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        layer([[0.0] * 16])
+    with pytest.raises(ValueError, match="slopes"):
+        layer(torch.ones(1, 3, 16), Y.Positions(slopes=torch.ones(3)))
+    with pytest.raises(ValueError, match="q_scale"):
+        layer(torch.ones(1, 5, 16), Y.Positions(q_scale=torch.ones(4, 1)))
+    assert layer(torch.ones(1, 0, 16)).shape == (1, 0, 16)
+    meta = Y.attention_layer("softmax", 16, 4).to("meta")
+    assert meta(torch.ones(1, 5, 16, device="meta"), Y.Positions(slopes=pe.alibi_slopes(4))).shape == (1, 5, 16)

@@ -361,3 +361,53 @@ def test_chunked_across_segments(chunk_size):
         quad = L.linear_attention(q, k, v, method="quadratic", normalize=normalize)
         chunked = L.linear_attention(q, k, v, chunk_size=chunk_size, normalize=normalize)
         assert torch.allclose(chunked, quad, rtol=1e-12, atol=1e-9)
+
+
+# ---------------------------------------------------------------------------
+# Reliability
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_empty_sequences_give_empty_outputs(method):
+    q, k, v = qkv(n=0)
+    for fn in (L.linear_attention, L.norm_attention, L.rope_linear_attention):
+        assert fn(q, k, v, method=method).shape == (2, 3, 0, 6)
+    assert L.linear_attention(q[:0], k[:0], v[:0], method=method).shape == (0, 3, 0, 6)
+    assert pe.diag_attention(q, k, v).shape == (2, 3, 0, 6)
+
+
+def test_meta_tensors_give_shapes():
+    q, k, v = (t.to("meta") for t in qkv(n=9))
+    for out in (L.linear_attention(q, k, v), L.norm_attention(q, k, v), L.rope_linear_attention(q, k, v),
+                pe.diag_attention(q, k, v, block_size=4)):
+        assert out.shape == (2, 3, 9, 6) and out.is_meta
+    with pytest.raises(ValueError, match="meta"):
+        L.locally_accumulated_attention(torch.eye(4, device="meta"), 0.5)
+
+
+def test_clear_errors_for_tensors_of_the_wrong_kind():
+    q, k, v = qkv(n=8)
+    cases = [
+        ((q.numpy(), k, v), TypeError, "torch.Tensor"),
+        ((q.long(), k.long(), v.long()), ValueError, "floating-point"),
+        ((q, k.float(), v), ValueError, "one dtype and device"),
+        ((q, k, v.to("meta")), ValueError, "one dtype and device"),
+        ((q, k, v.transpose(1, 2)), ValueError, "batch, seq, heads"),
+    ]
+    for fn in (L.linear_attention, L.norm_attention, L.rope_linear_attention, pe.diag_attention):
+        for args, error, match in cases:
+            with pytest.raises(error, match=match):
+                fn(*args)
+    with pytest.raises(TypeError, match="causal"):
+        L.linear_attention(q, k, v, causal=None)
+    with pytest.raises(ValueError, match="floating-point"):
+        L.rms_norm(torch.ones(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="dim"):
+        L.rms_norm(torch.ones(3), dim=1)
+    with pytest.raises(TypeError, match="weight"):
+        L.rms_norm(torch.ones(3), weight=[1.0, 1.0, 1.0])
+    with pytest.raises(TypeError, match="values"):
+        L.gradient_relative_std("ab")
+    with pytest.raises(TypeError, match="ratios"):
+        L.locally_accumulated_attention(torch.eye(4), "half")

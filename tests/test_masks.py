@@ -59,3 +59,25 @@ def test_bad_lengths():
         pe.causal_mask(5, 3)
     with pytest.raises(ValueError, match="q_len"):
         pe.relative_positions(0)
+
+
+def test_integer_scalars_of_other_types_are_lengths():
+    import numpy as np
+
+    assert torch.equal(pe.causal_mask(np.int64(4), torch.tensor(6)), pe.causal_mask(4, 6))
+    assert torch.equal(pe.sliding_window_mask(5, window=np.int32(2)), pe.sliding_window_mask(5, window=2))
+    assert pe.check_lengths(np.int64(3)) == 3
+
+
+@pytest.mark.parametrize("call", [
+    lambda: pe.causal_mask(float("nan")),
+    lambda: pe.causal_mask(4, float("inf")),
+    lambda: pe.relative_positions(torch.tensor(2.0)),
+    lambda: pe.sliding_window_mask(4, window=float("nan")),
+    lambda: pe.check_lengths(True),
+])
+def test_bad_lengths_of_other_types(call):
+    with pytest.raises(ValueError, match="must be an integer"):
+        call()
+    with pytest.raises(TypeError, match="causal"):
+        pe.sliding_window_mask(4, window=2, causal="no")

@@ -3,6 +3,7 @@
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -162,3 +163,133 @@ def test_learned_bias_gradients_through_chunks(q_len, k_len, window):
         grads.append(torch.autograd.grad((out * weight).sum(), (q, k, v, table, slopes)))
     for name, fast, ref in zip("q k v table slopes".split(), *grads):
         assert torch.allclose(fast, ref, atol=1e-10), (name, (fast - ref).abs().max().item())
+
+
+# ------------------------------------------------------------------ reliability: precision, edge cases, errors
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 0.05), (torch.float16, 0.006)])
+@pytest.mark.parametrize("kind", ["alibi", "table"])
+def test_half_precision_every_path_at_1024(dtype, tol, kind):
+    """Every explicit path in bfloat16 / float16 stays within rounding of the float64 reference.
+
+    The fold used to add ``m j / scale`` in bfloat16 (errors of 0.2 to 0.5 at n = 1024): it now runs in float32.
+    """
+    n = 1024
+    q, k, v = qkv(n, batch=1)
+    kw = biases(n)[kind]
+    ref = run("naive", q, k, v, **kw)
+    low = {key: t.to(dtype) for key, t in kw.items()}
+    for path in ["fold", "chunked", "flex", "bias", "naive", "auto"]:
+        if path == "fold" and kind != "alibi":
+            continue
+        out = run(path, q.to(dtype), k.to(dtype), v.to(dtype), **low)
+        err = (out.double() - ref).abs().max().item()
+        assert out.dtype == dtype and err < tol, (path, err)
+        if path == "fold":
+            assert err < tol / 2
+
+
+def _dead_table(k_len, forbidden=3):
+    """A table forbidding distances 0 .. forbidden-1: the first `forbidden` queries may attend to no key."""
+    table = biases(k_len)["table"]["distance_bias"].clone()
+    table[:, :forbidden] = float("-inf")
+    return table
+
+
+@pytest.mark.parametrize("q_len,k_len", [(20, 20), (300, 300), (2, 2)])
+def test_a_query_allowed_no_key_gets_zeros_on_every_path(q_len, k_len):
+    """One behaviour everywhere: a fully masked row is 0 (output and weights), with finite gradients."""
+    q, k, v = (t.requires_grad_() for t in qkv(q_len, k_len))
+    table = _dead_table(k_len).requires_grad_()
+    dead = min(3, q_len)
+    grads = {}
+    for path in ["naive", "chunked", "bias", "flex", "auto"]:
+        with torch.set_grad_enabled(path != "flex"):  # eager FlexAttention has no backward on the CPU
+            out = run(path, q, k, v, distance_bias=table, window=5 if path == "auto" else None)
+        assert torch.isfinite(out).all() and (out[:, :, :dead] == 0).all(), path
+        if path != "flex":
+            grads[path] = torch.autograd.grad((out * out.detach().cos()).sum(), (q, k, v, table))
+            assert all(torch.isfinite(g).all() for g in grads[path]), path
+    for path in ("chunked", "bias"):
+        for fast, ref in zip(grads[path], grads["naive"]):
+            assert torch.allclose(fast, ref, atol=1e-10), path
+    _, w = pe.relative_attention(q, k, v, distance_bias=table, return_weights=True)
+    assert (w[:, :, :dead] == 0).all() and torch.allclose(w[:, :, dead:].sum(-1), torch.ones(()).double())
+
+
+@pytest.mark.parametrize("path", PATHS + ["naive"])
+def test_empty_inputs_give_empty_outputs(path):
+    q, k, v = qkv(5)
+    slopes = pe.alibi_slopes(H, dtype=torch.float64)
+    for args in [(q[:, :, :0], k[:, :, :0], v[:, :, :0]), (q[:0], k[:0], v[:0]), (q, k, v[..., :0])]:
+        out = run(path, *args, slopes=slopes)
+        assert out.shape == (*args[0].shape[:3], args[2].shape[-1])
+    out, w = pe.relative_attention(q[:, :, :0], k, v, return_weights=True)
+    assert out.shape == (2, H, 0, D) and w.shape == (2, H, 0, 5)
+
+
+@pytest.mark.parametrize("path", ["fold", "chunked", "bias", "naive", "auto"])
+def test_meta_tensors_give_shapes(path):
+    q, k, v = (t.to("meta") for t in qkv(300, batch=1))
+    out = run(path, q, k, v, slopes=pe.alibi_slopes(H).to("meta"))
+    assert out.shape == (1, H, 300, D) and out.is_meta
+
+
+def test_flex_refuses_a_backward_on_the_cpu_and_caches_normal_tensors():
+    from posenc.attention import _FLEX
+
+    q, k, v = qkv(20)
+    with pytest.raises(ValueError, match="chunked"):
+        run("flex", q.requires_grad_(), k, v, window=4)
+    _FLEX.clear()
+    with torch.inference_mode():  # a block mask cached here must stay usable (and savable) outside
+        run("flex", q.detach(), k, v, window=4)
+    mask = next(value for key, value in _FLEX.items() if isinstance(key, tuple))
+    assert not any(t.is_inference() for t in vars(mask).values() if isinstance(t, torch.Tensor))
+
+
+def test_inputs_are_converted_or_refused_clearly():
+    q, k, v = qkv(20)
+    ref = pe.relative_attention(q, k, v, slopes=torch.tensor([1.0, 2.0, 1.0, 3.0], dtype=torch.float64))
+    for slopes in ([1, 2, 1, 3], np.array([1, 2, 1, 3]), torch.tensor([1, 2, 1, 3])):  # integers are safe
+        assert torch.allclose(pe.relative_attention(q, k, v, slopes=slopes), ref, atol=1e-6)
+    table = torch.arange(20.0, dtype=torch.float64).expand(H, 20).neg()
+    assert torch.allclose(pe.relative_attention(q, k, v, distance_bias=table.long()),
+                          pe.relative_attention(q, k, v, distance_bias=table), atol=1e-6)
+    bad = [
+        (dict(slopes=torch.ones(H, dtype=torch.bool)), ValueError, "slopes"),
+        (dict(slopes=[0.5, float("nan"), 0.5, 0.5]), ValueError, "finite"),
+        (dict(slopes="alibi"), TypeError, "slopes"),
+        (dict(distance_bias=torch.zeros(H, 20, dtype=torch.bool)), ValueError, "distance_bias"),
+        (dict(scale=float("nan")), ValueError, "scale"),
+        (dict(scale="0.5"), TypeError, "scale"),
+        (dict(window=2.5), ValueError, "window"),
+        (dict(window=float("nan")), ValueError, "window"),
+        (dict(return_weights="yes"), TypeError, "return_weights"),
+    ]
+    for kw, error, match in bad:
+        with pytest.raises(error, match=match):
+            pe.relative_attention(q, k, v, **kw)
+
+
+def test_clear_errors_for_tensors_of_the_wrong_kind_or_layout():
+    q, k, v = qkv(20)
+    cases = [
+        ((q.numpy(), k, v), TypeError, "torch.Tensor"),
+        ((q.long(), k.long(), v.long()), ValueError, "floating-point"),
+        ((q, k.float(), v), ValueError, "one dtype and device"),
+        ((q, k.to("meta"), v), ValueError, "one dtype and device"),
+        ((q[..., :0], k[..., :0], v), ValueError, "head_dim"),
+    ]
+    for args, error, match in cases:
+        with pytest.raises(error, match=match):
+            pe.relative_attention(*args)
+    # (batch, seq, heads, dim) by mistake: caught through the slopes' or the table's head count
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    with pytest.raises(ValueError, match=r"batch, seq, heads, head_dim"):
+        pe.relative_attention(qt, kt, vt, slopes=pe.alibi_slopes(H))
+    with pytest.raises(ValueError, match=r"batch, seq, heads, head_dim"):
+        pe.relative_attention(qt, kt, vt, distance_bias=torch.zeros(H, 20))
+    with pytest.raises(ValueError, match="k, v on seq"):
+        pe.relative_attention(q, k, vt)

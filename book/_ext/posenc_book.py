@@ -1,4 +1,4 @@
-"""Sphinx extension for the book: serve plotly.js and MathJax from the site itself.
+"""Sphinx extension for the book: serve plotly.js and MathJax from the site itself, link Colab.
 
 * plotly.js comes from the ``plotly`` Python package (the exact version that
   produced the figures) and is loaded once per page; figures are emitted by
@@ -6,10 +6,17 @@
 * MathJax 3 comes from the ``sphinx-mathjax-offline`` package.
 
 Both are copied into ``_static/vendor/`` so the site needs no network.
+
+The book's repository URL is found where the book is published (see
+``book/install_cells.py``): ``repository.url`` of ``_config.yml``, else
+GitHub Actions' environment, else a GitHub ``origin`` remote. When it is
+known, every chapter gets an "open in Colab" launch button and the header a
+link to the repository.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from importlib import metadata
@@ -35,17 +42,34 @@ def _set_paths(app, config) -> None:
     config.nb_execution_cache_path = str(cache.with_name(f"{cache.name}-{mode}"))
 
 
-JUPYTER_BOOK_DEFAULT_REPOSITORY = "https://github.com/executablebooks/jupyter-book"
+COLAB_URL = "https://colab.research.google.com"
+
+
+def _install_cells():
+    """``book/install_cells.py``, the one place the repository URL is discovered."""
+    path = Path(__file__).resolve().parents[1] / "install_cells.py"
+    spec = importlib.util.spec_from_file_location("posenc_book_install_cells", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _colab_button(app, config) -> None:
     # A Colab launch button needs the book's own repository: without one, Jupyter
-    # Book would link every chapter to its own project. Show it only when set.
+    # Book would link every chapter to its own project. Show it only when known.
+    install_cells = _install_cells()
     options = dict(config.html_theme_options or {})
-    url = str(options.get("repository_url") or "").rstrip("/")
+    url = str(options.get("repository_url") or "").strip().rstrip("/")
+    if not url or url == install_cells.JUPYTER_BOOK_DEFAULT_REPOSITORY:
+        url = install_cells.repository_url(Path(app.srcdir) / "_config.yml", root=Path(app.srcdir))
     launch = dict(options.get("launch_buttons") or {})
-    has_repository = bool(url) and url != JUPYTER_BOOK_DEFAULT_REPOSITORY
-    launch["colab_url"] = "https://colab.research.google.com" if has_repository else ""
+    if url:
+        options["repository_url"] = url
+        options["use_repository_button"] = True
+        launch["colab_url"] = launch.get("colab_url") or COLAB_URL
+    else:
+        options["repository_url"] = ""
+        launch["colab_url"] = ""
     options["launch_buttons"] = launch
     config.html_theme_options = options
 

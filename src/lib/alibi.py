@@ -16,8 +16,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from ._validate import check_int
-from .masks import relative_positions
+from .masks import _as_tensor, _device, _finite, _float_dtype, _int, _unbound, relative_positions
 from .scheme import PositionScheme, register_scheme
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
@@ -47,7 +46,7 @@ def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> torch.T
     >>> alibi_slopes(4).tolist()
     [0.25, 0.0625, 0.015625, 0.00390625]
     """
-    check_int("n_heads", n_heads)
+    n_heads, dtype = _int("n_heads", n_heads), _float_dtype(dtype)
     p = 2 ** int(math.floor(math.log2(n_heads)))
     slopes = _power_of_two_slopes(p)
     if p < n_heads:
@@ -72,20 +71,31 @@ def alibi_bias(
 
     Args:
         n_heads_or_slopes: a head count (slopes from :func:`alibi_slopes`) or
-            explicit ``(heads,)`` slopes.
+            explicit ``(heads,)`` slopes (numbers, NumPy or a tensor; a tensor
+            that requires grad keeps its graph: learned slopes train through the bias).
+        dtype: a floating-point dtype of the result.
+        device: where the bias is built (default: the CPU).
 
     Returns:
         ``(heads, q_len, k_len)`` tensor, 0 on the diagonal, negative elsewhere.
+
+    Raises:
+        ValueError: for a head count that is not an integer ``>= 1``, slopes
+            that are not a finite non-empty 1-D sequence, bad lengths, or a
+            non-floating ``dtype``.
     """
-    if isinstance(n_heads_or_slopes, int) and not isinstance(n_heads_or_slopes, bool):
-        slopes = alibi_slopes(n_heads_or_slopes, dtype=torch.float64)
+    _float_dtype(dtype)
+    if not isinstance(n_heads_or_slopes, (list, tuple)) and getattr(n_heads_or_slopes, "ndim", 0) == 0:
+        slopes = alibi_slopes(_int("n_heads", n_heads_or_slopes), dtype=torch.float64)  # a head count
     else:
-        slopes = torch.as_tensor(n_heads_or_slopes).detach().cpu().to(torch.float64)
+        slopes = _as_tensor("slopes", n_heads_or_slopes)
         if slopes.ndim != 1 or slopes.numel() == 0:
-            raise ValueError(f"slopes must be a non-empty 1-D tensor, got shape {tuple(slopes.shape)}")
+            raise ValueError(f"slopes must be a non-empty 1-D sequence (one per head), got shape {tuple(slopes.shape)}")
+        _finite("slopes", slopes, sync=True)
+        device = slopes.device if device is None and slopes.is_meta else device  # meta: shapes only
     # Exact in float64; Apple MPS has no float64, float32 is exact there for
     # power-of-two slopes and distances below 2**24.
-    work = torch.float32 if device is not None and torch.device(device).type == "mps" else torch.float64
+    work = torch.float32 if device is not None and _device(device).type == "mps" else torch.float64
     # -|i - j| negated in integers, so the diagonal is +0.0 rather than -0.0
     neg_distance = (-relative_positions(q_len, k_len, device=device).abs()).to(work)  # (q, k)
     slopes = slopes.to(device=neg_distance.device, dtype=work)
@@ -110,8 +120,10 @@ class ALiBi(PositionScheme):
         self.register_buffer("alibi_slopes", alibi_slopes(n_heads), persistent=False)
 
     def slopes(self) -> torch.Tensor:
+        _unbound(self)
         return self.alibi_slopes
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        distance = torch.arange(length, device=device, dtype=dtype)
+        _unbound(self)
+        distance = torch.arange(_int("length", length, 0), device=_device(device), dtype=_float_dtype(dtype))
         return -self.alibi_slopes.to(device=device, dtype=dtype)[:, None] * distance

@@ -27,79 +27,95 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_int, make_module_callable
-from .masks import causal_mask
+from ._validate import make_module_callable
+from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _float_dtype, _int, _number, causal_mask
 
-__all__ = [
-    "attention",
-    "combine_bias_and_mask",
-    "relative_attention",
-    "ATTENTION_PATHS",
-    "attention_entropy",
-    "log_length_scale",
-]
+__all__ = ["attention", "combine_bias_and_mask", "relative_attention", "ATTENTION_PATHS", "attention_entropy",
+           "log_length_scale"]
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+            and q.is_floating_point() and q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
+        _check_tensors(q=q, k=k, v=v)  # raises, saying what is wrong
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(
-            "q, k, v must be (batch, heads, seq, head_dim); got shapes "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
+        raise ValueError(f"q, k, v must be (batch, heads, seq, head_dim); got {q.shape}, {k.shape}, {v.shape}")
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3]:
-        raise ValueError(
-            "q, k, v must agree on batch and heads, and k, v on seq; got shapes "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share head_dim; got {q.shape[-1]} and {k.shape[-1]}")
+        raise ValueError(f"q, k, v must agree on batch and heads, and k, v on seq; got {q.shape}, {k.shape}, "
+                         f"{v.shape} ({_LAYOUT})")
+    if q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
+        raise ValueError(f"q and k must share a head_dim >= 1; got {q.shape[-1]} and {k.shape[-1]}")
     if q.shape[2] > k.shape[2]:
-        raise ValueError(
-            f"q_len ({q.shape[2]}) must be <= k_len ({k.shape[2]}): queries are the last key positions"
-        )
+        raise ValueError(f"q_len ({q.shape[2]}) must be <= k_len ({k.shape[2]}): queries are the last key positions")
 
 
-def _check_trailing(name: str, t: torch.Tensor, q_len: int, k_len: int, heads: int) -> None:
+def _check_trailing(name: str, t: Any, q: torch.Tensor, k_len: int, floating: bool) -> torch.Tensor:
+    """``t`` (bias or mask) as a tensor broadcasting to ``(batch, heads, q_len, k_len)``, on ``q``'s device."""
+    if floating and isinstance(t, torch.Tensor) and t.dtype == torch.bool:
+        raise ValueError(f"{name} must hold additive float logits, got {t.dtype} (a boolean tensor is a mask=)")
+    if not isinstance(t, torch.Tensor) or not floating and t.dtype != torch.bool or t.is_complex():
+        t = _as_tensor(name, t, mask=not floating)  # NumPy, lists; raises for the wrong dtype
+    (b, heads, q_len), want = q.shape[:3], (*q.shape[:3], k_len)
     if t.ndim < 2 or tuple(t.shape[-2:]) != (q_len, k_len):
-        raise ValueError(f"{name} must end in (q_len, k_len) = ({q_len}, {k_len}); got {tuple(t.shape)}")
+        raise ValueError(f"{name} must end in (q_len, k_len) = ({q_len}, {k_len}); got {tuple(t.shape)} ({_LAYOUT})")
     if t.ndim >= 3 and t.shape[-3] not in (1, heads):
-        raise ValueError(f"{name} has {t.shape[-3]} heads, expected 1 or {heads}; shape {tuple(t.shape)}")
+        raise ValueError(f"{name} has {t.shape[-3]} heads, expected 1 or {heads}; shape {tuple(t.shape)} ({_LAYOUT})")
+    if t.ndim > 4 or t.ndim == 4 and t.shape[0] not in (1, b):
+        raise ValueError(f"{name} {tuple(t.shape)} does not broadcast to (batch, heads, q_len, k_len) = {want}")
+    if t.device != q.device:
+        raise ValueError(f"{name} is on {t.device} but q on {q.device}")
+    return t
 
 
-def combine_bias_and_mask(
-    bias: Optional[torch.Tensor],
-    mask: Optional[torch.Tensor],
-    dtype: torch.dtype,
-) -> Optional[torch.Tensor]:
+def _softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over keys; a row with no allowed key (all ``-inf``) gets weights 0, with a zero gradient."""
+    dead = scores.amax(-1, keepdim=True) == float("-inf")
+    return scores.masked_fill(dead, 0.0).softmax(-1).masked_fill(dead, 0.0)
+
+
+def _scaled(q: torch.Tensor, scale: Any) -> Tuple[torch.Tensor, float]:
+    """``(q, scale)`` with ``scale > 0``, the same logits: SDPA's causal kernel gives NaN for ``scale <= 0``."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _number("scale", scale)
+    return (q, scale) if scale > 0 else (-q, -scale) if scale < 0 else (q * 0.0, 1.0)
+
+
+def _empty(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights: bool):
+    """The output (and weights) when there is no query: batch, heads or q_len is 0."""
+    out = v.new_zeros(*q.shape[:3], v.shape[-1])
+    return (out, q.new_zeros(*q.shape[:3], k.shape[2])) if weights else out
+
+
+def combine_bias_and_mask(bias: Optional[torch.Tensor], mask: Optional[torch.Tensor],
+                          dtype: torch.dtype) -> Optional[torch.Tensor]:
     """One SDPA ``attn_mask``: boolean if there is no bias, else additive float.
 
     Returns:
         ``None``, the boolean mask, or ``bias`` with ``-inf`` where ``mask`` is False.
     """
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool):
+        raise ValueError(f"mask must be a boolean tensor (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
     if bias is None:
         return mask
-    bias = bias.to(dtype)
+    if not isinstance(bias, torch.Tensor) or bias.dtype == torch.bool or bias.is_complex():
+        raise ValueError(f"bias must be a tensor of additive logits, got {getattr(bias, 'dtype', type(bias))}")
+    bias = bias.to(_float_dtype(dtype))
     if mask is None:
         return bias
-    return bias.masked_fill(~mask, float("-inf"))
+    if not all(x == y or 1 in (x, y) for x, y in zip(reversed(bias.shape), reversed(mask.shape))):
+        raise ValueError(f"bias {tuple(bias.shape)} and mask {tuple(mask.shape)} do not broadcast")
+    if bias.device != mask.device:
+        raise ValueError(f"bias is on {bias.device} but mask on {mask.device}")
+    return torch.where(mask, bias, float("-inf"))
 
 
-def attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    bias: Optional[torch.Tensor] = None,
-    mask: Optional[torch.Tensor] = None,
-    causal: bool = True,
-    scale: Optional[float] = None,
-    return_weights: bool = False,
-) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
+              mask: Optional[torch.Tensor] = None, causal: bool = True, scale: Optional[float] = None,
+              return_weights: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Scaled dot-product attention with an optional position bias and mask.
 
     Args:
@@ -119,18 +135,24 @@ def attention(
     Returns:
         ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
 
-    Every query must be allowed at least one key, else its row is NaN.
+    A query allowed no key (a mask row without True, or a bias row of ``-inf``)
+    gets a zero output row and zero weights, with or without ``return_weights``.
+
+    Raises:
+        TypeError: for a ``q``, ``k`` or ``v`` that is not a tensor.
+        ValueError: for other shapes, dtypes (integer, mixed) or devices than
+            described above, or a non-finite ``scale``.
     """
     _check_qkv(q, k, v)
-    heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
+    q_len, k_len = q.shape[2], k.shape[2]
+    causal, return_weights = _flag("causal", causal), _flag("return_weights", return_weights)
     if bias is not None:
-        _check_trailing("bias", bias, q_len, k_len, heads)
+        bias = _check_trailing("bias", bias, q, k_len, True)
     if mask is not None:
-        _check_trailing("mask", mask, q_len, k_len, heads)
-        if mask.dtype != torch.bool:
-            raise ValueError(f"mask must be boolean (True = may attend), got {mask.dtype}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+        mask = _check_trailing("mask", mask, q, k_len, False)
+    q, scale = _scaled(q, scale)
+    if q.numel() == 0:  # no query (head_dim is >= 1)
+        return _empty(q, k, v, return_weights)
 
     if causal:
         if bias is None and mask is None and q_len == k_len and not return_weights:
@@ -138,7 +160,8 @@ def attention(
         allowed = causal_mask(q_len, k_len, device=q.device)
         mask = allowed if mask is None else mask & allowed
 
-    attn_mask = combine_bias_and_mask(bias, mask, q.dtype)
+    bias = None if bias is None else bias.to(q.dtype)  # as combine_bias_and_mask, on inputs checked above
+    attn_mask = bias if mask is None else mask if bias is None else torch.where(mask, bias, float("-inf"))
     if not return_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
 
@@ -148,7 +171,7 @@ def attention(
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:
             scores = scores + attn_mask
-    weights = scores.softmax(dim=-1)
+    weights = _softmax(scores)
     return weights @ v, weights
 
 
@@ -176,22 +199,21 @@ def _relative_inputs(q, k, v, slopes, distance_bias, window):
     _check_qkv(q, k, v)
     heads, k_len = q.shape[1], k.shape[2]
     if slopes is not None:
-        slopes = torch.as_tensor(slopes, device=q.device)
-        if slopes.ndim != 1 or slopes.shape[0] != heads or not slopes.is_floating_point():
-            raise ValueError(f"slopes must be a float ({heads},) tensor, one per head; got {tuple(slopes.shape)}")
+        slopes = _as_tensor("slopes", slopes, q.device)
+        if slopes.ndim != 1 or slopes.shape[0] != heads:
+            raise ValueError(f"slopes must be ({heads},), one per head of q {tuple(q.shape)}; got shape "
+                             f"{tuple(slopes.shape)} ({_LAYOUT})")
+        _finite("slopes", slopes)
     if distance_bias is not None:
-        if (not isinstance(distance_bias, torch.Tensor) or distance_bias.ndim != 2
-                or distance_bias.shape[0] != heads or not distance_bias.is_floating_point()):
-            shape = tuple(distance_bias.shape) if isinstance(distance_bias, torch.Tensor) else type(distance_bias)
+        distance_bias = _as_tensor("distance_bias", distance_bias)
+        if distance_bias.ndim != 2 or distance_bias.shape[0] != heads:
             raise ValueError(f"distance_bias must be a float (heads={heads}, n) tensor of values per distance; "
-                             f"got {shape}")
+                             f"got {tuple(distance_bias.shape)} ({_LAYOUT})")
         if distance_bias.shape[1] < k_len:
             raise ValueError(f"distance_bias covers distances 0..{distance_bias.shape[1] - 1} but "
                              f"k_len = {k_len} needs 0..{k_len - 1}")
         distance_bias = distance_bias[:, :k_len].to(q.device)
-    if window is not None:
-        check_int("window", window)
-    return slopes, distance_bias
+    return slopes, distance_bias, None if window is None else _int("window", window)
 
 
 def _distance_values(d, slopes, distance_bias, window, dtype):
@@ -214,7 +236,7 @@ def _path_naive(q, k, v, scale, slopes, distance_bias, window):
     q_len, k_len = q.shape[2], k.shape[2]
     d = torch.arange(q_len, device=q.device)[:, None] + (k_len - q_len) - torch.arange(k_len, device=q.device)
     scores = (q @ k.transpose(-2, -1)) * scale + _distance_values(d, slopes, distance_bias, window, q.dtype)
-    weights = scores.softmax(dim=-1)  # (batch, heads, q_len, k_len)
+    weights = _softmax(scores)  # (batch, heads, q_len, k_len)
     return weights @ v, weights
 
 
@@ -236,8 +258,11 @@ def _path_fold(q, k, v, scale, slopes):
     feature (``m j / scale``), so the fused causal kernel computes it with
     ``head_dim + 1`` channels. Keys are centred (``j - c``) to halve the size of
     the numbers added: in float32 the logits then carry a rounding error of
-    about ``max(m) * n * 2^-25``.
+    about ``max(m) * n * 2^-25``. Half precision is computed in float32 (in
+    bfloat16 the logit errors would reach 1 at ``n = 1024``) and cast back.
     """
+    if q.dtype in (torch.float16, torch.bfloat16):
+        return _path_fold(q.float(), k.float(), v.float(), scale, slopes).to(q.dtype)
     b, h, n, _ = q.shape
     j = torch.arange(n, device=q.device, dtype=torch.float64) - (n - 1) / 2
     key_feature = (slopes.double()[:, None] * j / scale).to(q.dtype)  # (heads, n)
@@ -315,7 +340,7 @@ class _ChunkedBiasAttention(torch.autograd.Function):
         dq, dk_rev, dv_rev, dg = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(g)
         for a, e, first, last in _chunks(q.shape[2], k.shape[2], ctx.window, ctx.chunk):
             qc, kc, vc = q[:, :, a:e], k_rev[:, :, first:last], v_rev[:, :, first:last]
-            p = ((qc @ kc.transpose(-2, -1)) * scale + _bias_block(g, a, e, first, last)).softmax(-1)  # (b, h, c, keys)
+            p = _softmax((qc @ kc.transpose(-2, -1)) * scale + _bias_block(g, a, e, first, last))  # (b, h, c, keys)
             do = d_out[:, :, a:e]
             dv_rev[:, :, first:last] += p.transpose(-2, -1) @ do
             ds = p * (do @ vc.transpose(-2, -1) - (do * out[:, :, a:e]).sum(-1, keepdim=True))
@@ -333,13 +358,10 @@ _FLEX: Dict[str, Any] = {}
 def _flex_available(device: torch.device) -> bool:
     try:
         from torch.nn.attention.flex_attention import flex_attention  # noqa: F401  (torch >= 2.5)
+        if device.type == "cuda":
+            import triton  # noqa: F401
     except ImportError:
         return False
-    if device.type == "cuda":
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return False
     return True
 
 
@@ -347,9 +369,12 @@ def _path_flex(q, k, v, scale, slopes, distance_bias, window):
     """FlexAttention: the bias as a ``score_mod``, causal and window as a block mask (compiled on CUDA)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    if q.device.type != "cuda":  # eager FlexAttention has no backward (and refuses inputs that need one)
+        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", 0) for t in (q, k, v, slopes, distance_bias)):
+            raise ValueError("path='flex' has no backward off CUDA (eager FlexAttention): use path='chunked'")
+        q, k, v = q.detach(), k.detach(), v.detach()
     q_len, k_len = q.shape[2], k.shape[2]
     offset = k_len - q_len
-    zero = torch.zeros((), device=q.device)
     m = slopes.to(q.dtype) if slopes is not None else None
     table = distance_bias.to(q.dtype) if distance_bias is not None else None
     last = k_len - 1
@@ -364,21 +389,18 @@ def _path_flex(q, k, v, scale, slopes, distance_bias, window):
 
     def mask_mod(b, h, q_idx, kv_idx):
         dist = q_idx + offset - kv_idx
-        ok = dist >= 0
-        if window is not None:
-            ok = ok & (dist < window)
-        return ok
+        return (dist >= 0) & (dist < window) if window is not None else dist >= 0
 
     key = (str(q.device), q_len, k_len, window)
     if key not in _FLEX:
         if len(_FLEX) >= 16:
             _FLEX.clear()
-        _FLEX[key] = create_block_mask(mask_mod, None, None, q_len, k_len, device=q.device)
+        with torch.inference_mode(False):  # cached: usable (saved for backward) outside inference mode too
+            _FLEX[key] = create_block_mask(mask_mod, None, None, q_len, k_len, device=q.device)
     compiled = q.device.type == "cuda"
     if compiled and "kernel" not in _FLEX:
         _FLEX["kernel"] = torch.compile(flex_attention, dynamic=False)
     kernel = _FLEX["kernel"] if compiled else flex_attention
-    del zero
     return kernel(q, k, v, score_mod=score_mod, block_mask=_FLEX[key], scale=scale)
 
 
@@ -395,18 +417,10 @@ def _pick_path(q, k, slopes, distance_bias, window) -> str:
     return "chunked"
 
 
-def relative_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    slopes: Optional[torch.Tensor] = None,
-    distance_bias: Optional[torch.Tensor] = None,
-    window: Optional[int] = None,
-    scale: Optional[float] = None,
-    path: str = "auto",
-    return_weights: bool = False,
-) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes: Optional[torch.Tensor] = None,
+                       distance_bias: Optional[torch.Tensor] = None, window: Optional[int] = None,
+                       scale: Optional[float] = None, path: str = "auto", return_weights: bool = False,
+                       ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Causal attention with a bias that depends only on the distance ``i - j``.
 
     .. math::
@@ -420,8 +434,8 @@ def relative_attention(
 
     Paths (all equal to the ``"naive"`` reference, see the tests):
 
-    * ``"fold"``: ALiBi only (slopes, no table, no window, ``q_len == k_len``,
-      float32/64). Softmax ignores a constant per query, so ``-m (i - j)``
+    * ``"fold"``: ALiBi only (slopes, no table, no window, ``q_len == k_len``;
+      half precision runs in float32). Softmax ignores a constant per query, so ``-m (i - j)``
       may be replaced by ``+m j``, which is one extra channel of ``q`` (1) and
       ``k`` (``m j / scale``): PyTorch's fused causal kernel runs as without a
       bias. Exact in real arithmetic; float32 rounding of the larger logits
@@ -431,7 +445,7 @@ def relative_attention(
       the chunk may see (causal, window). Exact; any bias.
     * ``"flex"``: :func:`torch.nn.attention.flex_attention` with the bias as a
       ``score_mod`` and causal / window as a block mask, compiled on CUDA
-      (eager, slow, on CPU: for tests).
+      (eager, slow, on CPU: for tests; no backward there).
     * ``"bias"``: the bias built in full and passed to SDPA as a float mask.
     * ``"naive"``: explicit scores and softmax (also returns the weights).
 
@@ -446,7 +460,8 @@ def relative_attention(
         k, v: ``(batch, heads, k_len, head_dim)`` and ``(..., k_len, v_dim)``.
         slopes: ``(heads,)`` ALiBi slopes, e.g. :func:`posenc.alibi_slopes`.
         distance_bias: ``(heads, n)`` with ``n >= k_len``: the value added at
-            distance ``0 .. n-1`` (differentiable: learned biases train through it).
+            distance ``0 .. n-1`` (differentiable: learned biases train through it);
+            ``-inf`` forbids a distance.
         window: each query sees its ``window`` most recent keys (itself included).
         scale: multiplier of ``q . k``; default ``1 / sqrt(head_dim)``.
         path: one of :data:`ATTENTION_PATHS`.
@@ -454,7 +469,14 @@ def relative_attention(
             weights (uses ``"naive"``).
 
     Returns:
-        ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
+        ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``. A query
+        allowed no key (``-inf`` table entries) gets a zero row, on every path.
+
+    Raises:
+        TypeError: for a ``q``, ``k`` or ``v`` that is not a tensor.
+        ValueError: for other shapes, dtypes (integer, mixed) or devices; slopes
+            or a table whose head count is not ``q``'s; NaN or infinite slopes
+            (checked on the CPU) or ``scale``; a path that cannot take the inputs.
 
     >>> import posenc as pe
     >>> q = k = v = torch.randn(1, 8, 1024, 64)
@@ -463,14 +485,18 @@ def relative_attention(
     >>> bool((fast - slow).abs().max() < 1e-4)
     True
     """
-    slopes, distance_bias = _relative_inputs(q, k, v, slopes, distance_bias, window)
-    if path not in ATTENTION_PATHS:
+    slopes, distance_bias, window = _relative_inputs(q, k, v, slopes, distance_bias, window)
+    if not isinstance(path, str) or path not in ATTENTION_PATHS:
         raise ValueError(f"path must be one of {ATTENTION_PATHS}, got {path!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+    q, scale = _scaled(q, scale)
+    if _flag("return_weights", return_weights) and path not in ("auto", "naive"):
+        raise ValueError(f"return_weights needs the explicit path 'naive', not {path!r}")
+    if path == "fold" and (slopes is None or distance_bias is not None or window is not None
+                           or q.shape[2] != k.shape[2]):
+        raise ValueError("path='fold' takes ALiBi slopes only (no distance_bias, no window) and q_len == k_len")
+    if q.numel() == 0:  # no query (head_dim is >= 1)
+        return _empty(q, k, v, return_weights)
     if return_weights:
-        if path not in ("auto", "naive"):
-            raise ValueError(f"return_weights needs the explicit path 'naive', not {path!r}")
         return _path_naive(q, k, v, scale, slopes, distance_bias, window)
     if slopes is None and distance_bias is None and window is None and q.shape[2] == k.shape[2] \
             and path in ("auto", "fold"):
@@ -478,8 +504,6 @@ def relative_attention(
     if path == "auto":
         path = _pick_path(q, k, slopes, distance_bias, window)
     if path == "fold":
-        if slopes is None or distance_bias is not None or window is not None or q.shape[2] != k.shape[2]:
-            raise ValueError("path='fold' takes ALiBi slopes only (no distance_bias, no window) and q_len == k_len")
         return _path_fold(q, k, v, scale, slopes)
     if path == "chunked":
         return _path_chunked(q, k, v, scale, slopes, distance_bias, window)
@@ -527,12 +551,11 @@ def attention_entropy(weights: torch.Tensor, dim: int = -1, *, keepdim: bool = F
         ValueError: if ``weights`` is not floating point, is empty along ``dim``,
             has negative or non-finite entries, or does not sum to 1 along ``dim``.
     """
-    if not isinstance(weights, torch.Tensor) or not weights.is_floating_point():
-        raise ValueError("weights must be a floating-point tensor of probabilities")
-    if weights.ndim == 0:
-        raise ValueError("weights must have at least one dimension (the keys)")
-    if not -weights.ndim <= dim < weights.ndim:
-        raise ValueError(f"dim {dim} out of range for weights of shape {tuple(weights.shape)}")
+    if not isinstance(weights, torch.Tensor) or not weights.is_floating_point() or weights.device.type == "meta":
+        raise ValueError("weights must be a floating-point tensor of probabilities (with values: not on meta)")
+    if weights.ndim == 0 or _int("dim", dim, -weights.ndim) >= weights.ndim:
+        raise ValueError(f"dim {dim} out of range for weights of shape {tuple(weights.shape)} (keys along dim)")
+    keepdim = _flag("keepdim", keepdim)
     if weights.shape[dim] == 0:
         raise ValueError(f"weights has no keys along dim {dim}: shape {tuple(weights.shape)}")
     work = weights.to(torch.float64 if weights.dtype == torch.float64 else torch.float32)
@@ -540,15 +563,11 @@ def attention_entropy(weights: torch.Tensor, dim: int = -1, *, keepdim: bool = F
         raise ValueError("weights contain NaN or infinity (a fully masked row?)")
     if (work < 0).any():
         raise ValueError("weights must be non-negative probabilities")
-    low_precision = weights.dtype in (torch.float16, torch.bfloat16)
-    tol = 1e-2 if low_precision else 1e-3
+    tol = 1e-2 if weights.dtype in (torch.float16, torch.bfloat16) else 1e-3
     total = work.sum(dim=dim)
     if not torch.allclose(total, torch.ones_like(total), rtol=0.0, atol=tol):
-        worst = (total - 1).abs().max().item()
-        raise ValueError(
-            f"weights must sum to 1 along dim {dim} (softmax probabilities); "
-            f"largest deviation {worst:.3g}"
-        )
+        raise ValueError(f"weights must sum to 1 along dim {dim} (softmax probabilities; a query allowed no key has "
+                         f"weights 0); largest deviation {(total - 1).abs().max().item():.3g}")
     return -torch.special.xlogy(work, work).sum(dim=dim, keepdim=keepdim)
 
 
@@ -570,8 +589,7 @@ def log_length_scale(n: int, train_len: int, *, clamp: bool = True) -> float:
     Returns:
         the factor as a Python float (``1.0`` at ``n = train_len``).
     """
-    check_int("n", n)
-    check_int("train_len", train_len, low=2)
+    n, train_len, clamp = _int("n", n), _int("train_len", train_len, low=2), _flag("clamp", clamp)
     factor = math.log(n) / math.log(train_len)
     return max(1.0, factor) if clamp else factor
 

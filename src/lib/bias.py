@@ -36,22 +36,13 @@ import torch
 from torch import nn
 
 from ._validate import check_even_dim, check_int
+from .masks import _LAYOUT, _as_tensor, _check_tensors, _device, _finite, _flag, _float_dtype, _number, _unbound
 from .masks import check_lengths, relative_positions
 from .scheme import PositionScheme, register_scheme
 from .sinusoidal import sinusoidal_embedding
 
-__all__ = [
-    "kerple_power_bias",
-    "kerple_log_bias",
-    "KerpleBias",
-    "sandwich_bias",
-    "sandwich_qk",
-    "t5_relative_buckets",
-    "T5RelativeBias",
-    "Kerple",
-    "Sandwich",
-    "T5Bias",
-]
+__all__ = ["kerple_power_bias", "kerple_log_bias", "KerpleBias", "sandwich_bias", "sandwich_qk",
+           "t5_relative_buckets", "T5RelativeBias", "Kerple", "Sandwich", "T5Bias"]
 
 ParamLike = Union[float, torch.Tensor]
 
@@ -65,11 +56,7 @@ def _as_head_params(r1: ParamLike, r2: ParamLike) -> Tuple[torch.Tensor, torch.T
     """Two per-head parameter vectors of one length, float, on one device."""
     out = []
     for name, value in (("r1", r1), ("r2", r2)):
-        if isinstance(value, bool):
-            raise ValueError(f"{name} must be a number or a tensor of shape (heads,), got {value!r}")
-        t = torch.as_tensor(value)
-        if not t.is_floating_point():
-            t = t.to(torch.get_default_dtype())
+        t = _as_tensor(name, value)  # numbers, NumPy, integer tensors; bool and complex refused
         if t.ndim == 0:
             t = t.reshape(1)
         if t.ndim != 1 or t.numel() == 0:
@@ -90,9 +77,11 @@ def _as_head_params(r1: ParamLike, r2: ParamLike) -> Tuple[torch.Tensor, torch.T
 
 
 def _check_values(r1: torch.Tensor, r2: torch.Tensor, r2_max: Optional[float], kernel: str) -> None:
-    # Only for plain tensors: a learned parameter is kept in range by KerpleBias
-    # (clamping), and checking it here would force a device sync every step.
-    if r1.requires_grad or r2.requires_grad:
+    # Ranges only for plain tensors: a learned parameter is kept in range by KerpleBias
+    # (clamping), and checking it here would force a device sync every step. NaN: on the CPU.
+    if r1.requires_grad or r2.requires_grad or r1.device.type == "meta":
+        for name, t in (("r1", r1), ("r2", r2)):
+            _finite(name, t)
         return
     if not bool(torch.isfinite(r1).all()) or not bool((r1 > 0).all()):
         raise ValueError(f"KERPLE {kernel} kernel needs r1 > 0 for every head, got {r1.tolist()}")
@@ -108,9 +97,7 @@ def _distances(q_len: int, k_len: Optional[int], like: torch.Tensor) -> torch.Te
     return relative_positions(q_len, k_len, device=like.device).abs().to(like.dtype)  # (q, k)
 
 
-def kerple_power_bias(
-    r1: ParamLike, r2: ParamLike, q_len: int, k_len: Optional[int] = None
-) -> torch.Tensor:
+def kerple_power_bias(r1: ParamLike, r2: ParamLike, q_len: int, k_len: Optional[int] = None) -> torch.Tensor:
     """KERPLE power kernel ``-r1 * |m - n| ** r2`` for every head (Chi et al., 2022, Eq. 8).
 
     With ``r2 = 1`` it is ALiBi with slope ``r1``; ``r2 < 1`` flattens the
@@ -140,9 +127,7 @@ def kerple_power_bias(
     return bias + 0.0  # -0.0 -> +0.0 on the diagonal
 
 
-def kerple_log_bias(
-    r1: ParamLike, r2: ParamLike, q_len: int, k_len: Optional[int] = None
-) -> torch.Tensor:
+def kerple_log_bias(r1: ParamLike, r2: ParamLike, q_len: int, k_len: Optional[int] = None) -> torch.Tensor:
     """KERPLE logarithmic kernel ``-r1 * log(1 + r2 * |m - n|)`` (Chi et al., 2022, Eq. 9).
 
     For short distances ``log(1 + x) ~ x``, so it starts like ALiBi with slope
@@ -187,32 +172,26 @@ class KerpleBias(nn.Module):
     Args:
         n_heads: number of heads.
         kind: ``"power"`` or ``"log"``.
-        r1, r2: optional initial values, numbers or ``(n_heads,)`` tensors.
+        r1, r2: optional initial values, numbers or ``(n_heads,)`` tensors (finite).
         eps: lower bound of both parameters.
         generator: optional :class:`torch.Generator` for the random initialisation.
+        dtype, device: of the parameters (a floating-point dtype).
 
     Shapes:
         ``forward(q_len, k_len=None)`` -> ``(n_heads, q_len, k_len)``.
     """
 
-    def __init__(
-        self,
-        n_heads: int,
-        kind: str = "power",
-        *,
-        r1: Optional[ParamLike] = None,
-        r2: Optional[ParamLike] = None,
-        eps: float = 0.01,
-        generator: Optional[torch.Generator] = None,
-        dtype: torch.dtype = torch.float32,
-        device: Optional[torch.device] = None,
-    ) -> None:
+    def __init__(self, n_heads: int, kind: str = "power", *, r1: Optional[ParamLike] = None,
+                 r2: Optional[ParamLike] = None, eps: float = 0.01, generator: Optional[torch.Generator] = None,
+                 dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> None:
         super().__init__()
         check_int("n_heads", n_heads)
         if kind not in ("power", "log"):
             raise ValueError(f"kind must be 'power' or 'log', got {kind!r}")
-        if not 0 < eps < 2:
+        if not 0 < _number("eps", eps) < 2:
             raise ValueError(f"eps must be in (0, 2), got {eps!r}")
+        _float_dtype(dtype)
+        device = _device(device)
         self.n_heads, self.kind, self.eps = n_heads, kind, float(eps)
         scale_r1, scale_r2 = (1.0, 2.0) if kind == "power" else (2.0, 1.0)
         self.r1 = nn.Parameter(self._init(r1, scale_r1, "r1", generator, dtype, device))
@@ -222,11 +201,12 @@ class KerpleBias(nn.Module):
     def _init(self, value, scale, name, generator, dtype, device) -> torch.Tensor:
         if value is None:
             return (torch.rand(self.n_heads, generator=generator, dtype=dtype) * scale).to(device)
-        t = torch.as_tensor(value, dtype=dtype).to(device)
+        t = _as_tensor(name, value, dtype=dtype).to(device)
         if t.ndim == 0:
             t = t.expand(self.n_heads)
         if tuple(t.shape) != (self.n_heads,):
             raise ValueError(f"{name} must be a number or a ({self.n_heads},) tensor, got shape {tuple(t.shape)}")
+        _finite(name, t, sync=True)
         return t.clone()
 
     @torch.no_grad()
@@ -249,7 +229,10 @@ class KerpleBias(nn.Module):
 # ---------------------------------------------------------------------------
 
 
-_check_even_dim = check_even_dim
+def _check_base(base: float) -> float:
+    if not _number("base", base) > 1:
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    return float(base)
 
 
 def sandwich_bias(
@@ -290,14 +273,15 @@ def sandwich_bias(
         dim: dimension ``d`` of the sinusoidal vectors (even; a free
             hyperparameter, independent of the head dimension).
         base: the sinusoidal wavelength scale (10000).
+        dtype: a floating-point dtype of the result.
 
     Returns:
         ``(n_heads, q_len, k_len)`` tensor, 0 at distance 0, ``<= 0`` elsewhere.
     """
     check_int("n_heads", n_heads)
-    _check_even_dim(dim, "sandwich_bias")
-    if not base > 1:
-        raise ValueError(f"base must be > 1, got {base!r}")
+    check_even_dim(dim, "sandwich_bias")
+    _check_base(base)
+    _float_dtype(dtype)
     k_len = check_lengths(q_len, k_len)
     # The bias depends on the offset only: evaluate it once per distinct offset
     # (float64 on the CPU), then gather; never a (q, k, d/2) tensor.
@@ -310,7 +294,7 @@ def sandwich_bias(
     values = profile[rel - lo]  # (q, k)
     h = torch.arange(1, n_heads + 1, dtype=torch.float64)
     scale = 8.0 * h / n_heads  # (heads,)
-    return (values[None] / scale[:, None, None]).to(dtype=dtype, device=device)
+    return (values[None] / scale[:, None, None]).to(dtype=dtype, device=_device(device))
 
 
 def sandwich_qk(
@@ -346,17 +330,20 @@ def sandwich_qk(
     Returns:
         ``(q', k')`` with last dimension ``head_dim + dim``.
     """
+    _check_tensors(q=q, k=k)
     if q.ndim != 4 or k.ndim != 4:
         raise ValueError(f"q and k must be (batch, heads, seq, head_dim), got {tuple(q.shape)} and {tuple(k.shape)}")
     if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must agree on batch, heads and head_dim, got {tuple(q.shape)} and {tuple(k.shape)}")
-    _check_even_dim(dim, "sandwich_qk")
+    check_even_dim(dim, "sandwich_qk")
+    _check_base(base)
     heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
     check_lengths(q_len, k_len)
-    lam_t = torch.as_tensor(lam, dtype=torch.float64)
+    lam_t = _as_tensor("lam", lam, dtype=torch.float64)
     if lam_t.ndim > 1 or (lam_t.ndim == 1 and lam_t.numel() != heads):
-        raise ValueError(f"lam must be a number or a ({heads},) tensor, got shape {tuple(lam_t.shape)}")
-    if lam_t.requires_grad is False and not bool((lam_t >= 0).all() & torch.isfinite(lam_t).all()):
+        raise ValueError(f"lam must be a number or a ({heads},) tensor, got shape {tuple(lam_t.shape)} ({_LAYOUT})")
+    _finite("lam", lam_t, sync=not lam_t.requires_grad)
+    if not lam_t.requires_grad and not bool((lam_t >= 0).all()):
         raise ValueError(f"lam must be >= 0, got {lam_t.tolist()}")
     root = lam_t.sqrt().reshape(1, -1, 1, 1).to(dtype=q.dtype, device=q.device)  # (1, h or 1, 1, 1)
     p = sinusoidal_embedding(k_len, dim, base, dtype=q.dtype).to(q.device)  # (k_len, dim)
@@ -406,7 +393,11 @@ def t5_relative_buckets(
     Returns:
         int64 tensor of bucket indices in ``[0, num_buckets)``, shape of ``rel``.
     """
-    rel = torch.as_tensor(rel)
+    try:
+        rel = torch.as_tensor(rel)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"rel must be an integer tensor of offsets, got {type(rel).__name__}") from None
+    bidirectional = _flag("bidirectional", bidirectional)
     if rel.is_floating_point() or rel.is_complex() or rel.dtype == torch.bool:
         raise ValueError(f"rel must be an integer tensor of offsets, got dtype {rel.dtype}")
     for name, value in (("num_buckets", num_buckets), ("max_distance", max_distance)):
@@ -454,28 +445,20 @@ class T5RelativeBias(nn.Module):
         ``forward(q_len, k_len=None)`` -> ``(n_heads, q_len, k_len)``.
     """
 
-    def __init__(
-        self,
-        n_heads: int,
-        num_buckets: int = 32,
-        max_distance: int = 128,
-        *,
-        bidirectional: bool = False,
-        init_std: float = 0.05,
-        generator: Optional[torch.Generator] = None,
-        dtype: torch.dtype = torch.float32,
-        device: Optional[torch.device] = None,
-    ) -> None:
+    def __init__(self, n_heads: int, num_buckets: int = 32, max_distance: int = 128, *, bidirectional: bool = False,
+                 init_std: float = 0.05, generator: Optional[torch.Generator] = None,
+                 dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> None:
         super().__init__()
         check_int("n_heads", n_heads)
-        if not init_std >= 0:
+        if not _number("init_std", init_std) >= 0:
             raise ValueError(f"init_std must be >= 0, got {init_std!r}")
+        _float_dtype(dtype)
         # validates num_buckets / max_distance
         t5_relative_buckets(torch.zeros(1, dtype=torch.long), bidirectional, num_buckets, max_distance)
         self.n_heads, self.num_buckets, self.max_distance = n_heads, num_buckets, max_distance
         self.bidirectional = bool(bidirectional)
         weight = torch.randn(num_buckets, n_heads, generator=generator, dtype=dtype) * init_std
-        self.relative_attention_bias = nn.Embedding(num_buckets, n_heads, _weight=weight.to(device))
+        self.relative_attention_bias = nn.Embedding(num_buckets, n_heads, _weight=weight.to(_device(device)))
 
     def buckets(self, q_len: int, k_len: Optional[int] = None) -> torch.Tensor:
         """``(q_len, k_len)`` bucket indices of the offsets ``j - i``."""
@@ -539,7 +522,8 @@ class Kerple(PositionScheme):
             layer.clamp_parameters()
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        return torch.stack([_by_distance(layer(1, length)) for layer in self.layers]).to(dtype)
+        _unbound(self)
+        return torch.stack([_by_distance(layer(1, length)) for layer in self.layers]).to(_float_dtype(dtype))
 
 
 register_scheme("kerple_power", lambda: Kerple("power"))
@@ -560,17 +544,19 @@ class Sandwich(PositionScheme):
 
     def __init__(self, dim: int = 128, base: float = 10000.0) -> None:
         super().__init__()
-        _check_even_dim(dim, "sandwich")
-        self.dim, self.base = dim, float(base)
+        check_even_dim(dim, "sandwich")
+        self.dim, self.base = dim, _check_base(base)
         self._cache: dict = {}
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        key = (length, str(device), dtype)
+        _unbound(self)
+        key = (length, str(_device(device)), _float_dtype(dtype))
         if key not in self._cache:
             if len(self._cache) >= 8:
                 self._cache.clear()
-            self._cache[key] = _by_distance(sandwich_bias(self.n_heads, 1, length, dim=self.dim, base=self.base,
-                                                          device=device)).to(dtype)
+            with torch.inference_mode(False):  # a normal tensor, even if first asked for in inference mode
+                self._cache[key] = _by_distance(sandwich_bias(self.n_heads, 1, length, dim=self.dim,
+                                                              base=self.base, device=device)).to(dtype)
         return self._cache[key]
 
 
@@ -604,4 +590,5 @@ class T5Bias(PositionScheme):
         w.copy_(torch.randn(w.shape, generator=generator) * 0.05)
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        return _by_distance(self.bias(1, length)).to(dtype)
+        _unbound(self)
+        return _by_distance(self.bias(1, length)).to(_float_dtype(dtype))

@@ -49,6 +49,7 @@ from .linear import (
     norm_attention,
     rms_norm,
 )
+from .masks import _check_tensors, _flag, _number
 from .rope import apply_rope
 
 __all__ = [
@@ -94,7 +95,7 @@ def block_diagonal_mask(
         raise ValueError(f"seq_len must be an integer >= 0, got {seq_len!r}")
     block = torch.arange(seq_len, device=device) // block_size
     mask = block[:, None] == block[None, :]
-    if causal:
+    if _flag("causal", causal):
         mask = mask & torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
     return mask
 
@@ -138,7 +139,7 @@ def diag_attention(
     _check_positive_int("block_size", block_size)
     if kind not in ("softmax", "relu"):
         raise ValueError(f"kind must be 'softmax' or 'relu', got {kind!r}")
-    eps = _check_eps(eps)
+    eps, causal = _check_eps(eps), _flag("causal", causal)
     b, h, n, d = q.shape
     e = v.shape[-1]
     if n == 0:
@@ -215,9 +216,12 @@ class _MultiHead(nn.Module):
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        causal, rope, bias = _flag("causal", causal), _flag("rope", rope), _flag("bias", bias)
         if rope and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
-        self.causal, self.rope, self.rope_base = bool(causal), bool(rope), float(rope_base)
+        if not _number("rope_base", rope_base) > 1 or not 0 <= _number("dropout", dropout) <= 1:
+            raise ValueError(f"need rope_base > 1 and 0 <= dropout <= 1, got {rope_base!r} and {dropout!r}")
+        self.causal, self.rope, self.rope_base = causal, rope, float(rope_base)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.proj = nn.Linear(d_model, d_model, bias=bias)
         self.drop = nn.Dropout(dropout)
@@ -228,6 +232,11 @@ class _MultiHead(nn.Module):
         return Positions(rotate=lambda qk: apply_rope(qk, None, self.rope_base))
 
     def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        _check_tensors(x=x)
+        w = self.qkv.weight
+        if (x.dtype, x.device) != (w.dtype, w.device):
+            raise ValueError(f"x is {x.dtype} on {x.device} but the layer's weights are {w.dtype} on {w.device}: "
+                             "move one of them (x.to(...) or layer.to(...))")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (batch, seq, {self.d_model}), got {tuple(x.shape)}")
         b, t, _ = x.shape
@@ -290,6 +299,9 @@ class SoftmaxAttention(_MultiHead):
         else:
             q, k = qkv[0], qkv[1]
         if pos.q_scale is not None:
+            if not isinstance(pos.q_scale, torch.Tensor) or tuple(pos.q_scale.shape) != (q.shape[2], 1):
+                raise ValueError(f"Positions.q_scale must be a ({q.shape[2]}, 1) tensor (one factor per query), got "
+                                 f"{getattr(pos.q_scale, 'shape', type(pos.q_scale).__name__)}")
             q = q * pos.q_scale.to(q.dtype)
         return q, k, qkv[2]
 
@@ -398,10 +410,10 @@ class NormAttention(_MultiHead):
         super().__init__(d_model, n_heads, causal=causal, rope=rope, bias=bias, dropout=dropout)
         feature_map(feature)
         _check_method(method)
-        self.feature, self.per_head, self.eps = feature, bool(per_head), _check_eps(eps)
+        self.feature, self.per_head, self.eps = feature, _flag("per_head", per_head), _check_eps(eps)
         self.method, self.chunk_size = method, _check_positive_int("chunk_size", chunk_size)
-        size = self.head_dim if per_head else d_model
-        self.gain = nn.Parameter(torch.ones(size)) if gain else None
+        size = self.head_dim if self.per_head else d_model
+        self.gain = nn.Parameter(torch.ones(size)) if _flag("gain", gain) else None
 
     def _features(self, qkv, pos):
         phi = feature_map(self.feature)

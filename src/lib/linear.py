@@ -43,6 +43,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
+from .masks import _LAYOUT, _as_tensor, _check_tensors, _flag
 from .rope import apply_rope
 
 __all__ = [
@@ -129,16 +130,17 @@ def feature_map(name: Union[str, FeatureMap, None]) -> FeatureMap:
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Floating-point ``(batch, heads, seq, dim)`` tensors of one dtype and device (``k is v``: weights only)."""
+    _check_tensors(q=q, k=k, v=v)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.ndim != 4:
-            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a (batch, heads, seq, dim) tensor, got {shape}")
+        if t.ndim != 4:
+            raise ValueError(f"{name} must be a (batch, heads, seq, dim) tensor, got {tuple(t.shape)}")
     if q.shape != k.shape:
         raise ValueError(f"q and k must have the same shape (batch, heads, seq, dim); got {tuple(q.shape)} "
                          f"and {tuple(k.shape)}")
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v must be (batch, heads, seq, v_dim) with the (batch, heads, seq) of k = "
-                         f"{tuple(k.shape[:3])}; got {tuple(v.shape)}")
+                         f"{tuple(k.shape[:3])}; got {tuple(v.shape)} ({_LAYOUT})")
 
 
 def _check_positive_int(name: str, value: int) -> int:
@@ -173,6 +175,8 @@ def _causal_numerator_denominator(
     """
     b, h, n, d = fq.shape
     e = v.shape[-1]
+    if n == 0:  # no token: nothing to sum (the chunked form would concatenate no segment)
+        return v.new_zeros(b, h, 0, e), (fq.new_zeros(b, h, 0) if need_den else None)
     if method == "quadratic":
         scores = (fq @ fk.transpose(-2, -1)).tril()  # (b, h, n, n), diagonal kept
         return scores @ v, (scores.sum(-1) if need_den else None)
@@ -296,7 +300,7 @@ def linear_attention(
     _check_qkv(q, k, v)
     _check_method(method)
     _check_positive_int("chunk_size", chunk_size)
-    eps = _check_eps(eps)
+    eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
     phi = feature_map(feature)
     fq, fk = phi(q), phi(k)
     num, den = _numerator_denominator(fq, fk, v, causal, method, chunk_size, normalize)
@@ -329,7 +333,7 @@ def linear_attention_weights(
         ``(batch, heads, seq, seq)``.
     """
     _check_qkv(q, k, k)
-    eps = _check_eps(eps)
+    eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
     phi = feature_map(feature)
     scores = phi(q) @ phi(k).transpose(-2, -1)
     if causal:
@@ -357,8 +361,12 @@ def rms_norm(
     tensor([0.8485, 1.1314])
     """
     eps = _check_eps(eps)
+    _check_tensors(x=x)
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
+        raise ValueError(f"dim must be an integer in [-{x.ndim}, {x.ndim}) for x {tuple(x.shape)}, got {dim!r}")
     out = x * torch.rsqrt(x.pow(2).mean(dim=dim, keepdim=True) + eps)
     if weight is not None:
+        _check_tensors(weight=weight)
         if dim not in (-1, x.ndim - 1) or weight.shape != (x.shape[-1],):
             raise ValueError(f"weight must have shape ({x.shape[-1]},) and dim must be -1; "
                              f"got weight {tuple(weight.shape)}, dim {dim}")
@@ -414,7 +422,7 @@ def norm_attention(
     """
     unnormalised = linear_attention(q, k, v, causal=causal, feature=feature, normalize=False,
                                     method=method, chunk_size=chunk_size)
-    if per_head:
+    if _flag("per_head", per_head):
         return rms_norm(unnormalised, eps, weight)
     merged = rms_norm(_merge_heads(unnormalised), eps, weight)
     return _split_heads(merged, q.shape[1])
@@ -466,7 +474,7 @@ def rope_linear_attention(
         raise ValueError(f"RoPE rotates channel pairs: head_dim must be even, got {q.shape[-1]}")
     _check_method(method)
     _check_positive_int("chunk_size", chunk_size)
-    eps = _check_eps(eps)
+    eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
     phi = feature_map(feature)
     fq, fk = phi(q), phi(k)
     rq = apply_rope(fq, positions, base, interleaved)
@@ -524,8 +532,9 @@ def locally_accumulated_attention(
         ValueError: for negative or non-finite weights, an all-zero row,
             ``q_len > k_len`` or ratios outside ``[0, 1]``.
     """
-    if not isinstance(weights, torch.Tensor) or weights.ndim < 2 or not weights.is_floating_point():
-        raise ValueError("weights must be a floating-point tensor (..., q_len, k_len)")
+    if not isinstance(weights, torch.Tensor) or weights.ndim < 2 or not weights.is_floating_point() \
+            or weights.device.type == "meta":
+        raise ValueError("weights must be a floating-point tensor (..., q_len, k_len) with values (not on meta)")
     q_len, k_len = weights.shape[-2], weights.shape[-1]
     if q_len > k_len or q_len == 0:
         raise ValueError(f"need 1 <= q_len <= k_len, got q_len={q_len}, k_len={k_len}")
@@ -537,7 +546,7 @@ def locally_accumulated_attention(
         raise ValueError("every row of weights needs a positive sum")
     w = w / total
     scalar = isinstance(ratios, Real) or (isinstance(ratios, torch.Tensor) and ratios.ndim == 0)
-    r = torch.as_tensor(ratios, dtype=torch.float64).reshape(-1).cpu()
+    r = _as_tensor("ratios", ratios, values=True, dtype=torch.float64).reshape(-1).cpu()
     if r.numel() == 0 or not torch.isfinite(r).all() or (r < 0).any() or (r > 1).any():
         raise ValueError(f"ratios must lie in [0, 1], got {ratios!r}")
     length = torch.floor(r * k_len + 0.5).long().clamp(0, k_len)  # (R,) neighbourhood sizes L
@@ -550,7 +559,7 @@ def locally_accumulated_attention(
     start = start.to(cum.device).expand(*lead, q_len, r.numel())
     end = end.to(cum.device).expand(*lead, q_len, r.numel())
     score = cum.gather(-1, end) - cum.gather(-1, start)  # (..., q, R)
-    if not per_query:
+    if not _flag("per_query", per_query):
         score = score.reshape(-1, r.numel()).mean(0)
     return score[..., 0] if scalar else score
 
@@ -568,7 +577,7 @@ def gradient_relative_std(values: Union[Sequence[float], torch.Tensor]) -> float
     Raises:
         ValueError: with fewer than two values, non-finite values or a mean <= 0.
     """
-    g = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+    g = _as_tensor("values", values, values=True, dtype=torch.float64).reshape(-1)
     if g.numel() < 2 or not torch.isfinite(g).all():
         raise ValueError("need at least two finite values")
     mean = g.mean()

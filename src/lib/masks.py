@@ -10,13 +10,119 @@ Conventions used throughout :mod:`posenc`:
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+import operator
+from typing import Any, Optional
 
 import torch
 
-from ._validate import check_int
-
 __all__ = ["check_lengths", "relative_positions", "causal_mask", "sliding_window_mask"]
+
+# Private checks shared by the attention and bias modules (this module is imported by all of them).
+
+_LAYOUT = "tensors are (batch, heads, seq, head_dim): is a (batch, seq, heads, head_dim) tensor passed?"
+
+
+def _int(name: str, value: Any, low: int = 1) -> int:
+    """``value`` as a Python ``int >= low`` (NumPy and 0-d integer tensors too, never a bool), else ``ValueError``."""
+    number = None
+    if not isinstance(value, bool) and "bool" not in type(value).__name__ and not (
+            isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        try:
+            number = operator.index(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    if number is None or number < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return number
+
+
+def _flag(name: str, value: Any) -> bool:
+    """A bool (or 0 / 1), else ``TypeError``."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or type(value) is int and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+def _number(name: str, value: Any) -> float:
+    """A finite real number (not a bool) as a float, else ``TypeError`` / ``ValueError``."""
+    try:
+        if isinstance(value, (bool, str)) or "bool" in type(value).__name__:
+            raise TypeError
+        value = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a real number, got {value!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def _float_dtype(dtype: Any, what: str = "dtype") -> torch.dtype:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{what} must be a floating-point torch.dtype (e.g. torch.float32), got {dtype!r}")
+    return dtype
+
+
+def _as_tensor(name: str, value: Any, device: Optional[torch.device] = None, values: bool = False,
+               mask: bool = False, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Numbers, sequences, NumPy arrays or tensors as a float tensor (integers converted; bool, complex refused).
+
+    ``values``: the caller reads the numbers, so a meta tensor (which has none) is refused.
+    ``mask``: a boolean tensor is expected instead (True = may attend).
+    ``dtype``: the result's (Python floats go to it directly, not through float32).
+    """
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and not (mask or values) and dtype is None and (
+            device is None or value.device == device):
+        return value  # the common case, at no cost
+    try:
+        t = torch.as_tensor(value, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"{name} must be a tensor or a sequence of numbers, got {type(value).__name__}") from err
+    if mask and t.dtype != torch.bool:
+        raise ValueError(f"{name} must be boolean (True = may attend), got {t.dtype}")
+    if mask:
+        return t
+    if t.dtype == torch.bool or t.is_complex() or values and t.is_meta:
+        raise ValueError(f"{name} must hold real numbers, got {t.dtype} on {t.device}")
+    if dtype is not None:
+        return torch.as_tensor(value, dtype=dtype, device=device)
+    return t if t.is_floating_point() else t.to(torch.get_default_dtype())
+
+
+def _finite(name: str, t: torch.Tensor, sync: bool = False) -> None:
+    """``ValueError`` on NaN or infinity; checked on the CPU only unless ``sync`` (never on meta: no values)."""
+    if not (t.is_cpu or sync and not t.is_meta):
+        return
+    if not (all(map(math.isfinite, t.tolist())) if t.ndim == 1 and t.numel() <= 256 else bool(torch.isfinite(t).all())):
+        raise ValueError(f"{name} must be finite, got {t.tolist() if t.numel() <= 16 else 'NaN or infinity'}")
+
+
+def _device(device: Any) -> Optional[torch.device]:
+    try:
+        return None if device is None else torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device must be a torch.device or a name such as 'cpu', got {device!r}") from None
+
+
+def _unbound(scheme: Any) -> None:
+    """``ValueError`` if a position scheme is used before a model bound it to its sizes."""
+    if scheme.n_heads is None:
+        raise ValueError(f"{type(scheme).__name__} is not bound to a model: call .bind(d_model=..., n_heads=..., "
+                         "n_layers=...) first (a model does)")
+
+
+def _check_tensors(**named: Any) -> None:
+    """Floating-point tensors (``TypeError`` otherwise) of one dtype on one device (``ValueError``)."""
+    first = None
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} (convert with torch.as_tensor)")
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        first = t if first is None else first
+    if any(t.dtype != first.dtype or t.device != first.device for t in named.values()):
+        got = ", ".join(f"{n}: {t.dtype} on {t.device}" for n, t in named.items())
+        raise ValueError(f"{', '.join(named)} must share one dtype and device; got {got}")
 
 
 def check_lengths(q_len: int, k_len: Optional[int] = None) -> int:
@@ -27,8 +133,7 @@ def check_lengths(q_len: int, k_len: Optional[int] = None) -> int:
     """
     if k_len is None:
         k_len = q_len
-    for name, value in (("q_len", q_len), ("k_len", k_len)):
-        check_int(name, value)
+    q_len, k_len = _int("q_len", q_len), _int("k_len", k_len)
     if k_len < q_len:
         raise ValueError(
             f"k_len ({k_len}) must be >= q_len ({q_len}): queries are the last q_len key positions"
@@ -46,7 +151,8 @@ def relative_positions(
         so keys in the past of a query are negative and the diagonal of the
         bottom-right square is zero.
     """
-    k_len = check_lengths(q_len, k_len)
+    k_len, device = check_lengths(q_len, k_len), _device(device)
+    q_len = operator.index(q_len)  # an integer: checked above
     q_pos = torch.arange(k_len - q_len, k_len, device=device)  # (q_len,)
     k_pos = torch.arange(k_len, device=device)  # (k_len,)
     return k_pos[None, :] - q_pos[:, None]  # (q_len, k_len)
@@ -92,7 +198,8 @@ def sliding_window_mask(
             [0, 1, 1, 0],
             [0, 0, 1, 1]], dtype=torch.int32)
     """
-    check_int("window", window)
+    _int("window", window)
+    causal = _flag("causal", causal)
     rel = relative_positions(q_len, k_len, device=device)
     near = rel.abs() < window
     return near & (rel <= 0) if causal else near
