@@ -308,3 +308,23 @@ def test_cached_hybrid_loads_whatever_the_hash_seed(tmp_path):
     runs = [subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=dict(env, PYTHONHASHSEED=seed),
                            capture_output=True, text=True, timeout=120) for seed in ("1", "2", "3")]
     assert [r.stdout.strip() for r in runs] == ["False", "True", "True"], [r.stderr[-500:] for r in runs]
+
+
+def test_training_is_the_same_whatever_the_thread_count():
+    """On the CPU, training runs on one thread: the same weights with 1 or 2 threads set outside."""
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            preset = T.training_preset("small", steps=30)  # the book's size: its sums are split across threads
+            results.append(T.train(preset.make_model(CHAIN.vocab_size, "alibi"), CHAIN, **preset.train_kwargs(),
+                                   cache=False, progress=False))
+            assert torch.get_num_threads() == threads  # restored
+    finally:
+        torch.set_num_threads(before)
+    assert results[0].losses == results[1].losses
+    for name, value in results[0].model.state_dict().items():
+        assert torch.equal(value, results[1].model.state_dict()[name]), name
+    with pytest.raises(ValueError, match="cpu_threads"):
+        T.train(small_model(), CHAIN, **FAST, cpu_threads=0)

@@ -287,6 +287,30 @@ def _save_run(path: Path, payload: Dict[str, Any]) -> None:
                       "folder to keep it)", RuntimeWarning, stacklevel=3)
 
 
+def _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
+              batches, device, progress) -> None:
+    """The optimiser loop of :func:`train` (appends to ``losses`` and ``norms``)."""
+    use_bf16 = device.type == "cuda"
+    with _progress_bar(steps, model.position.name, progress) as bar:
+        for step in range(steps):
+            for group in opt.param_groups:
+                group["lr"] = lr * _lr_factor(step, steps, warmup)
+            x, y = data.batch(batch_size, seq_len, batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            # the norm before clipping; max_norm=inf measures without changing the gradients
+            norms.append(torch.nn.utils.clip_grad_norm_(params, math.inf if grad_clip is None else grad_clip))
+            opt.step()
+            losses.append(loss.item())
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)  # shown at the next refresh
+            bar.update(1)
+
+
 def train(
     model: TinyLM,
     data: Any,
@@ -302,6 +326,7 @@ def train(
     warmup: int = 25,
     weight_decay: float = 0.1,
     grad_clip: Optional[float] = 1.0,
+    cpu_threads: Optional[int] = 1,
 ) -> TrainResult:
     """Train ``model`` on ``data`` for a fixed number of steps (or load the cached result).
 
@@ -328,6 +353,11 @@ def train(
         device: default :func:`posenc.pick_device`.
         cache: load from / save to the run cache.
         progress: show a tqdm progress bar (never on the static website build).
+        cpu_threads: torch threads while training on the CPU (restored after;
+            ``None`` leaves the setting alone). One thread by default: the tiny
+            models are dominated by per-operation overhead, and the trained
+            weights are then the same whatever the machine's thread count
+            (floating-point sums depend on how the work is split).
 
     Returns:
         a :class:`TrainResult`; ``result.model is model``.
@@ -349,6 +379,8 @@ def train(
     if grad_clip is not None and not (isinstance(grad_clip, (int, float)) and math.isfinite(grad_clip)
                                       and grad_clip > 0):
         raise ValueError(f"grad_clip must be a finite number > 0, or None for no clipping, got {grad_clip!r}")
+    if cpu_threads is not None:
+        _positive("cpu_threads", cpu_threads)
     if model.max_len is not None and seq_len > model.max_len:
         raise ValueError(f"seq_len {seq_len} exceeds the learned table of the model (max_len={model.max_len})")
     if model.train_len is None:
@@ -388,29 +420,18 @@ def train(
     model.train()
     batches = torch.Generator().manual_seed(seed + 1)
     opt = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
-    use_bf16 = device.type == "cuda"
     losses: List[float] = []
     norms: List[torch.Tensor] = []
     params = [p for p in model.parameters() if p.requires_grad]
     start = time.perf_counter()
-    with _progress_bar(steps, model.position.name, progress) as bar:
-        for step in range(steps):
-            for group in opt.param_groups:
-                group["lr"] = lr * _lr_factor(step, steps, warmup)
-            x, y = data.batch(batch_size, seq_len, batches)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                logits = model(x)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            # the norm before clipping; max_norm=inf measures without changing the gradients
-            norms.append(torch.nn.utils.clip_grad_norm_(params, math.inf if grad_clip is None else grad_clip))
-            opt.step()
-            losses.append(loss.item())
-            if step % 10 == 0:
-                bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)  # shown at the next refresh
-            bar.update(1)
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and cpu_threads is not None:
+        torch.set_num_threads(cpu_threads)
+    try:
+        _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
+                  batches, device, progress)
+    finally:
+        torch.set_num_threads(threads)
     seconds = time.perf_counter() - start
     grad_norms = torch.stack(norms).tolist() if norms else []
     model.eval()
