@@ -27,8 +27,13 @@ Usage::
     python benchmarks/attention.py                         # n = 512 ... 8192 (... 32768 on a GPU)
     python benchmarks/attention.py --lengths 1024 4096 --no-memory
 
-Writes ``benchmarks/results/attention.csv`` (``--out``); the book's appendix
-"What position costs" draws the copies kept in ``benchmarks/measured/``.
+Writes ``benchmarks/results/attention.csv`` (``--out``). The book's appendix
+"What position costs" draws the measurements that ship with the library,
+``src/lib/measured/attention-*.csv`` (package data, read by
+:func:`posenc.measured_costs`), and before them any ``attention.csv`` or
+``attention-*.csv`` in a folder ``benchmarks/measured/`` of the folder the
+chapter runs in or one above it: copy the CSV there to see your machine's
+(at the top of a checkout, for instance), or into ``src/lib/measured/`` to ship it.
 """
 
 from __future__ import annotations
@@ -275,7 +280,7 @@ def main() -> None:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-    print(f"\nwrote {args.out}")
+    print(f"\nwrote {args.out}; copy it to benchmarks/measured/ to see it in the book's appendix")
 
 
 if __name__ == "__main__":

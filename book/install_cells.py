@@ -17,7 +17,9 @@ The repository URL is found where the book is published, in this order (see
 
 The book's Sphinx extension (``book/_ext/posenc_book.py``) uses the same
 discovery for the "open in Colab" buttons, so the buttons and the cells agree.
-Without a repository URL the cell explains how to install the library instead.
+Without a repository URL the cell says how to install the library instead:
+``pip install "posenc @ git+<the book's repository URL>"``, or ``pip install -e .``
+in a checkout.
 The tests run the check, so a changed URL cannot be forgotten in a chapter.
 """
 
@@ -124,8 +126,9 @@ def install_block(url: str) -> str:
                 f"    %pip install --quiet \"posenc @ git+{url}\"\n"
                 "    import posenc as pe")
     return ("try:\n    import posenc as pe\n"
-            "except ImportError as err:  # run the notebooks from the book's repository, or install the library\n"
-            "    raise ImportError(\"posenc is not installed: run `pip install -e .` in the book's repository\") from err")
+            "except ImportError as err:  # not installed here: install the book's library first\n"
+            "    raise ImportError(\"posenc is not installed: run `pip install \\\"posenc @ git+<the book's repository URL>\\\"`, \"\n"
+            "                      \"or `pip install -e .` in a checkout of the book's repository\") from err")
 
 
 def chapters(root: Path = ROOT) -> list:

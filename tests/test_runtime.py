@@ -30,3 +30,45 @@ def test_seed_everything_is_deterministic():
     g = pe.seed_everything(3)
     assert torch.equal(a, torch.randn(4))
     assert torch.equal(torch.randn(4, generator=g), torch.randn(4, generator=torch.Generator().manual_seed(3)))
+
+
+# --- the measurements shipped with the library --------------------------------------------------------------
+
+COLUMNS = {"scheme", "n", "forward_ratio", "forward_backward_ratio", "forward_mib", "machine", "dtype", "torch"}
+
+
+def test_measured_costs_are_package_data_read_from_any_folder(tmp_path, monkeypatch):
+    """A chapter downloaded on its own finds the book's measurements wherever posenc is installed."""
+    monkeypatch.chdir(tmp_path)
+    runs = pe.measured_costs()
+    assert list(runs) == ["posenc/measured/attention-cpu.csv"] == list(pe.measured_costs(own=False))
+    rows = runs["posenc/measured/attention-cpu.csv"]
+    assert COLUMNS <= set(rows[0]) and {r["scheme"] for r in rows} >= {"causal SDPA", "RoPE", "ALiBi", "window 512"}
+    assert all(r["forward_ratio"] == "1.0" for r in rows if r["scheme"] == "causal SDPA")
+
+
+def test_measured_costs_put_a_readers_own_first(tmp_path, monkeypatch):
+    """CSV files in benchmarks/measured/ of the working folder, or of the nearest folder above with one, come first."""
+    own = tmp_path / "benchmarks" / "measured"
+    own.mkdir(parents=True)
+    (own / "attention.csv").write_text("scheme,n,forward_ratio,machine\ncausal SDPA,512,1.0,my laptop\n")
+    (own / "attention-empty.csv").write_text("scheme,n,forward_ratio,machine\n")   # no rows: left out
+    (own / "train_throughput.csv").write_text("scheme,n\nRoPE,64\n")                 # another benchmark
+    (own / "attentionx.csv").write_text("scheme,n\nRoPE,64\n")                       # not <kind>.csv or <kind>-*.csv
+    (tmp_path / "chapters").mkdir()
+    monkeypatch.chdir(tmp_path / "chapters")
+    runs = pe.measured_costs("attention")
+    assert list(runs) == [str(own / "attention.csv"), "posenc/measured/attention-cpu.csv"]
+    assert runs[str(own / "attention.csv")] == [{"scheme": "causal SDPA", "n": "512", "forward_ratio": "1.0",
+                                                  "machine": "my laptop"}]
+    assert list(pe.measured_costs(own=False)) == ["posenc/measured/attention-cpu.csv"]
+    assert list(pe.measured_costs("train_throughput")) == [str(own / "train_throughput.csv")]
+    with pytest.raises(ValueError, match="train_throughput"):
+        pe.measured_costs("train_throughput", own=False)
+
+
+@pytest.mark.parametrize("kind", ["nope", "", "../attention", "attention-cpu", 3, None])
+def test_measured_costs_reject_unknown_kinds(kind, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="kind"):
+        pe.measured_costs(kind)

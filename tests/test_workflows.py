@@ -363,5 +363,19 @@ def test_wheel_and_sdist_build_and_pass_twine_check(tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     names = zipfile.ZipFile(wheel).namelist()
     assert "posenc/__init__.py" in names and "posenc/py.typed" in names
+    shipped = sorted(p.name for p in (ROOT / "src" / "lib" / "measured").glob("*.csv"))
+    assert shipped and all(f"posenc/measured/{name}" in names for name in shipped), "measurements are package data"
+    # installed from the wheel (no checkout in sight), the chapters' measurements are read from the package
+    site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    installed = _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", site,
+                      wheel])
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    code = ("import posenc as pe; assert pe.__file__.startswith(%r), pe.__file__; "
+            "print(sorted(pe.measured_costs()))" % str(site))
+    read = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=elsewhere,
+                          env={**os.environ, "PYTHONPATH": str(site)})
+    assert read.returncode == 0, read.stderr[-3000:]
+    assert read.stdout.strip() == str([f"posenc/measured/{name}" for name in shipped])
     with tarfile.open(sdist) as tar:
         assert any(n.endswith("/src/lib/__init__.py") for n in tar.getnames())

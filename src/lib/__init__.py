@@ -147,6 +147,7 @@ from .runtime import (
     running_mode,
     seed_everything,
     cache_dir,
+    measured_costs,
     SIZE_ENV,
 )
 
@@ -251,6 +252,7 @@ __all__ = [
     "running_mode",
     "seed_everything",
     "cache_dir",
+    "measured_costs",
     "SIZE_ENV",
     "exercises",
     "viz",
@@ -259,9 +261,15 @@ __all__ = [
 __version__ = "0.1.0"
 
 # ``pe.train`` and ``pe.attention`` are their modules, callable as their functions: ``pe.train(model,
-# data)`` trains and ``import posenc.train as m`` gives the module (neither name shadows the other)
-import sys as _sys
+# data)`` trains and ``import posenc.train as m`` gives the module (neither name shadows the other).
+# Type checkers skip this block, so they see the functions imported above, with their signatures and
+# overloads (``pe.attention(q, k, v)`` is a Tensor, ``pe.train(...)`` a TrainResult).
+from typing import TYPE_CHECKING  # by this name: checkers recognise no alias
 
-train = _sys.modules[__name__ + ".train"]  # noqa: F811
-attention = _sys.modules[__name__ + ".attention"]  # noqa: F811
-del _sys
+if not TYPE_CHECKING:
+    import sys as _sys
+
+    train = _sys.modules[__name__ + ".train"]  # noqa: F811
+    attention = _sys.modules[__name__ + ".attention"]  # noqa: F811
+    del _sys
+del TYPE_CHECKING

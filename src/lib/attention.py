@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Literal, Optional, Tuple, Union, overload
 
 import torch
 import torch.nn.functional as F
@@ -113,6 +113,19 @@ def combine_bias_and_mask(bias: Optional[torch.Tensor], mask: Optional[torch.Ten
     return torch.where(mask, bias, float("-inf"))
 
 
+# For type checkers (and the API reference): a Tensor, or (output, weights) with return_weights=True
+@overload
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Optional[torch.Tensor] = ...,
+              mask: Optional[torch.Tensor] = ..., causal: bool = ..., scale: Optional[float] = ...,
+              return_weights: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Optional[torch.Tensor] = ...,
+              mask: Optional[torch.Tensor] = ..., causal: bool = ..., scale: Optional[float] = ...,
+              return_weights: Literal[True]) -> Tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Optional[torch.Tensor] = ...,
+              mask: Optional[torch.Tensor] = ..., causal: bool = ..., scale: Optional[float] = ...,
+              return_weights: bool = ...) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
               mask: Optional[torch.Tensor] = None, causal: bool = True, scale: Optional[float] = None,
               return_weights: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
@@ -417,6 +430,21 @@ def _pick_path(q, k, slopes, distance_bias, window) -> str:
     return "chunked"
 
 
+@overload
+def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes: Optional[torch.Tensor] = ...,
+                       distance_bias: Optional[torch.Tensor] = ..., window: Optional[int] = ...,
+                       scale: Optional[float] = ..., path: str = ...,
+                       return_weights: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes: Optional[torch.Tensor] = ...,
+                       distance_bias: Optional[torch.Tensor] = ..., window: Optional[int] = ...,
+                       scale: Optional[float] = ..., path: str = ...,
+                       return_weights: Literal[True]) -> Tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes: Optional[torch.Tensor] = ...,
+                       distance_bias: Optional[torch.Tensor] = ..., window: Optional[int] = ...,
+                       scale: Optional[float] = ..., path: str = ...,
+                       return_weights: bool = ...) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
 def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes: Optional[torch.Tensor] = None,
                        distance_bias: Optional[torch.Tensor] = None, window: Optional[int] = None,
                        scale: Optional[float] = None, path: str = "auto", return_weights: bool = False,

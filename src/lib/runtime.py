@@ -6,19 +6,25 @@
   build) or ``full`` (bigger models and cleaner curves). Unset, it is ``full``
   when a CUDA GPU is present and ``small`` otherwise.
 * :func:`cache_dir` is where downloads and trained runs are kept.
+* :func:`measured_costs` reads the benchmark measurements the book draws,
+  shipped with the library, and a reader's own.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import random
+import re
+from importlib import resources
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import numpy as np
 import torch
 
-__all__ = ["pick_device", "running_mode", "seed_everything", "cache_dir", "SIZE_ENV"]
+__all__ = ["pick_device", "running_mode", "seed_everything", "cache_dir", "measured_costs", "SIZE_ENV"]
 
 SIZE_ENV = "POSENC_SIZE"
 _MODES = ("small", "full")
@@ -71,3 +77,74 @@ def cache_dir(sub: str = "") -> Path:
     else:
         base = Path.home() / ".cache" / "posenc"
     return base / sub if sub else base
+
+
+# Where a reader's own measurements go: a folder benchmarks/measured/ in the working directory or above it.
+_OWN_MEASURED = Path("benchmarks", "measured")
+
+
+def _is_measurement(name: str, kind: str) -> bool:
+    return name == f"{kind}.csv" or name.startswith(f"{kind}-") and name.endswith(".csv")
+
+
+def _csv_rows(text: str) -> List[Dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text, newline="")))
+
+
+def measured_costs(kind: str = "attention", *, own: bool = True) -> Dict[str, List[Dict[str, str]]]:
+    """The measurements of ``benchmarks/<kind>.py``: ``{source: rows}``, one entry per CSV file.
+
+    The measurements the book draws ship with the library as package data
+    (``posenc/measured/<kind>-*.csv``), so they are found wherever ``posenc``
+    is installed, whatever the working directory. With ``own=True`` a reader's
+    own measurements come first: the files ``<kind>.csv`` and ``<kind>-*.csv``
+    in ``benchmarks/measured/`` of the working directory or, if it has none, of
+    the nearest folder above it that has one (copy the CSV that
+    ``benchmarks/attention.py`` writes there to see your machine's).
+
+    Args:
+        kind: the benchmark, the stem of its CSV files (``"attention"``).
+        own: also read the reader's own files (default); ``False`` gives only
+            the measurements shipped with the library.
+
+    Returns:
+        ``{source: rows}``, the reader's files first (keyed by their path),
+        then the shipped ones (keyed ``"posenc/measured/<file name>"``), each
+        group sorted by file name; ``rows`` as :class:`csv.DictReader` reads
+        them, every value a string. Files without rows are left out.
+
+    Raises:
+        ValueError: if ``kind`` is not a plain name, or no file of that kind
+            is found.
+
+    >>> runs = measured_costs("attention", own=False)
+    >>> list(runs)
+    ['posenc/measured/attention-cpu.csv']
+    >>> row = runs["posenc/measured/attention-cpu.csv"][0]
+    >>> row["scheme"], row["n"], row["forward_ratio"]
+    ('causal SDPA', '512', '1.0')
+    """
+    if not isinstance(kind, str) or not re.fullmatch(r"[A-Za-z0-9_]+", kind):
+        raise ValueError(f"kind must be the name of a benchmark such as 'attention', got {kind!r}")
+    if not isinstance(own, bool):
+        raise ValueError(f"own must be True or False, got {own!r}")
+    runs: Dict[str, List[Dict[str, str]]] = {}
+    if own:
+        cwd = Path.cwd()
+        folder = next((root / _OWN_MEASURED for root in (cwd, *cwd.parents) if (root / _OWN_MEASURED).is_dir()), None)
+        for path in sorted(folder.iterdir()) if folder is not None else []:
+            if path.is_file() and _is_measurement(path.name, kind):
+                runs[str(path)] = _csv_rows(path.read_text(encoding="utf-8"))
+    shipped = resources.files(__package__ or "posenc") / "measured"
+    kinds = set()
+    if shipped.is_dir():
+        for entry in sorted(shipped.iterdir(), key=lambda e: e.name):
+            if entry.is_file() and entry.name.endswith(".csv"):
+                kinds.add(re.split(r"[-.]", entry.name)[0])
+                if _is_measurement(entry.name, kind):
+                    runs[f"posenc/measured/{entry.name}"] = _csv_rows(entry.read_text(encoding="utf-8"))
+    runs = {source: rows for source, rows in runs.items() if rows}
+    if not runs:
+        raise ValueError(f"no measurements of kind {kind!r}: the library ships {sorted(kinds) or 'none'}, and "
+                         f"there is no {kind}.csv or {kind}-*.csv with rows in {_OWN_MEASURED.as_posix()}/ here")
+    return runs
