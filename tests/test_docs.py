@@ -107,3 +107,46 @@ def test_train_and_attention_are_modules_callable_as_functions():
     assert list(inspect.signature(pe.train).parameters)[:2] == ["model", "data"]
     q = torch.randn(1, 2, 5, 4)
     assert torch.equal(pe.attention(q, q, q), att_module.attention(q, q, q))
+
+
+def test_every_reference_links_to_its_paper():
+    from pathlib import Path
+
+    from pybtex.database import parse_file
+
+    bib = parse_file(Path(__file__).resolve().parents[1] / "book" / "references.bib")
+    assert bib.entries
+    missing = [
+        key for key, entry in bib.entries.items()
+        if not {"url", "doi", "eprint"} & {name.lower() for name in entry.fields}
+    ]
+    assert not missing, f"entries without url, doi or eprint: {missing}"
+
+
+def test_bibliography_uses_the_author_year_style():
+    import sys
+    from pathlib import Path
+
+    import pybtex.plugin
+    import yaml
+    from pybtex.database import parse_file
+
+    root = Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf8"))
+    assert config["sphinx"]["config"]["bibtex_default_style"] == "posenc"
+    sys.path.insert(0, str(root / "book" / "_ext"))
+    try:
+        import posenc_book
+    finally:
+        sys.path.remove(str(root / "book" / "_ext"))
+    style_cls = pybtex.plugin.find_plugin("pybtex.style.formatting", "posenc")
+    assert issubclass(style_cls, posenc_book.PosencStyle)
+    bib = parse_file(root / "book" / "references.bib")
+    style = style_cls()
+    entries = list(style.sort(bib.entries.values()))
+    labels = dict(zip((e.key for e in entries), style.format_labels(entries)))
+    assert labels["press2022alibi"] == "Press et al., 2022"
+    assert labels["chiang2022overcoming"] == "Chiang and Cholak, 2022"
+    assert len(set(labels.values())) == len(labels)
+    html = style.format_entry(labels["press2022alibi"], bib.entries["press2022alibi"]).text.render_as("html")
+    assert '<a href="https://arxiv.org/abs/2108.12409">' in html

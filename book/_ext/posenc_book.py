@@ -128,3 +128,102 @@ def setup(app):
     app.connect("build-finished", _write_redirect, priority=400)  # before sphinx-external-toc's (500)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+# --- Bibliography style --------------------------------------------------------
+# The text cites "Press et al., 2022" (``bibtex_reference_style: author_year``);
+# the list uses the same author–year labels (style "posenc", set as
+# ``bibtex_default_style`` in _config.yml) and links each title to its paper.
+
+import pybtex.plugin
+from pybtex.richtext import Text
+from pybtex.style.formatting.plain import Style as _PlainStyle
+from pybtex.style.labels import BaseLabelStyle
+from pybtex.style.template import href, join, optional, words
+
+
+def _last_name(person) -> str:
+    name = " ".join(person.prelast_names + person.last_names)
+    return Text.from_latex(name).render_as("text")
+
+
+class AuthorYearLabelStyle(BaseLabelStyle):
+    """Labels like ``Press et al., 2022``, ``Chiang and Cholak, 2022``, ``Su, 2021a``."""
+
+    def format_label(self, entry) -> str:
+        persons = entry.persons.get("author") or entry.persons.get("editor") or []
+        names = [_last_name(p) for p in persons if str(p) != "others"]
+        if not names:
+            author = entry.key
+        elif len(names) == 1 and len(persons) == 1:
+            author = names[0]
+        elif len(names) == 2 and len(persons) == 2:
+            author = f"{names[0]} and {names[1]}"
+        else:
+            author = f"{names[0]} et al."
+        year = entry.fields.get("year", "")
+        return f"{author}, {year}" if year else author
+
+    def format_labels(self, sorted_entries):
+        labels = [self.format_label(entry) for entry in sorted_entries]
+        total, seen = {}, {}
+        for label in labels:
+            total[label] = total.get(label, 0) + 1
+        for label in labels:
+            if total[label] == 1:
+                yield label
+            else:
+                yield label + chr(ord("a") + seen.get(label, 0))
+                seen[label] = seen.get(label, 0) + 1
+
+
+def entry_url(entry) -> str | None:
+    """The link of an entry: its ``url``, else its arXiv ``eprint``, else its ``doi``."""
+    fields = entry.fields
+    if fields.get("url"):
+        return str(fields["url"])
+    if fields.get("eprint"):
+        return f"https://arxiv.org/abs/{fields['eprint']}"
+    if fields.get("doi"):
+        return f"https://doi.org/{fields['doi']}"
+    return None
+
+
+class PosencStyle(_PlainStyle):
+    """pybtex ``plain`` with author–year labels and titles linked to the paper."""
+
+    default_label_style = "authoryear"
+
+    def format_title(self, e, which_field, as_sentence=True):
+        title = super().format_title(e, which_field, as_sentence=as_sentence)
+        url = entry_url(e)
+        return href(url)[title] if url else title
+
+    def format_web_refs(self, e):
+        # The title already links to ``url``; show the URL itself only when
+        # there is no arXiv id or DOI to show instead.
+        if "eprint" in e.fields or "doi" in e.fields:
+            return join(sep=", ")[
+                optional[self.format_eprint(e)],
+                optional[self.format_doi(e)],
+            ]
+        return optional[words["URL:", self.format_url(e)]] if "url" in e.fields else join[""]
+
+    def format_url(self, e):
+        url = str(e.fields["url"])
+        return href(url)[url]
+
+
+def register_bibtex_style() -> None:
+    """Register the ``authoryear`` label style and the ``posenc`` formatting style."""
+    for group, name, cls in (
+        ("pybtex.style.labels", "authoryear", AuthorYearLabelStyle),
+        ("pybtex.style.formatting", "posenc", PosencStyle),
+    ):
+        try:
+            pybtex.plugin.find_plugin(group, name)
+        except pybtex.plugin.PluginNotFound:
+            pybtex.plugin.register_plugin(group, name, cls)
+
+
+register_bibtex_style()
