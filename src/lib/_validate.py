@@ -5,7 +5,9 @@ from __future__ import annotations
 import inspect
 import sys
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Optional
+
+import torch
 
 __all__: list = []  # private helpers
 
@@ -22,6 +24,24 @@ def check_even_dim(dim: Any, what: str) -> int:
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
         raise ValueError(f"{what} needs an even dimension >= 2, got dim={dim!r}")
     return dim
+
+
+def check_float_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
+    """Return ``dtype`` if it is a floating-point ``torch.dtype``, else raise ``ValueError``."""
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"{name} must be a floating-point torch.dtype (torch.float32, torch.float64, torch.float16 "
+                         f"or torch.bfloat16), got {dtype!r}")
+    return dtype
+
+
+def check_device(device: Any, default: Optional[torch.device] = None) -> Optional[torch.device]:
+    """``device`` as a ``torch.device`` (``default`` when None), else raise ``ValueError``."""
+    if device is None:
+        return default
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device must be a torch.device or a name like 'cpu' or 'cuda:0', got {device!r}") from None
 
 
 def make_module_callable(module_name: str, function: Callable[..., Any]) -> None:

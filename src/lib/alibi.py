@@ -16,7 +16,9 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from .masks import _as_tensor, _device, _finite, _float_dtype, _int, _unbound, relative_positions
+from ._validate import check_device as _device
+from ._validate import check_float_dtype as _float_dtype
+from .masks import _as_tensor, _finite, _int, relative_positions
 from .scheme import PositionScheme, register_scheme
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
@@ -120,10 +122,10 @@ class ALiBi(PositionScheme):
         self.register_buffer("alibi_slopes", alibi_slopes(n_heads), persistent=False)
 
     def slopes(self) -> torch.Tensor:
-        _unbound(self)
+        self._require_bound()
         return self.alibi_slopes
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        _unbound(self)
+        self._require_bound()
         distance = torch.arange(_int("length", length, 0), device=_device(device), dtype=_float_dtype(dtype))
         return -self.alibi_slopes.to(device=device, dtype=dtype)[:, None] * distance

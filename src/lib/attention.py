@@ -32,8 +32,9 @@ from typing import Any, Dict, Literal, Optional, Tuple, Union, overload
 import torch
 import torch.nn.functional as F
 
+from ._validate import check_float_dtype as _float_dtype
 from ._validate import make_module_callable
-from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _float_dtype, _int, _number, causal_mask
+from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _int, _number, causal_mask
 
 __all__ = ["attention", "combine_bias_and_mask", "relative_attention", "ATTENTION_PATHS", "attention_entropy",
            "log_length_scale"]

@@ -36,7 +36,9 @@ import torch
 from torch import nn
 
 from ._validate import check_even_dim, check_int
-from .masks import _LAYOUT, _as_tensor, _check_tensors, _device, _finite, _flag, _float_dtype, _number, _unbound
+from ._validate import check_device as _device
+from ._validate import check_float_dtype as _float_dtype
+from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _number
 from .masks import check_lengths, relative_positions
 from .scheme import PositionScheme, register_scheme
 from .sinusoidal import sinusoidal_embedding
@@ -522,7 +524,7 @@ class Kerple(PositionScheme):
             layer.clamp_parameters()
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        _unbound(self)
+        self._require_bound()
         return torch.stack([_by_distance(layer(1, length)) for layer in self.layers]).to(_float_dtype(dtype))
 
 
@@ -549,7 +551,7 @@ class Sandwich(PositionScheme):
         self._cache: dict = {}
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        _unbound(self)
+        self._require_bound()
         key = (length, str(_device(device)), _float_dtype(dtype))
         if key not in self._cache:
             if len(self._cache) >= 8:
@@ -590,5 +592,5 @@ class T5Bias(PositionScheme):
         w.copy_(torch.randn(w.shape, generator=generator) * 0.05)
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        _unbound(self)
+        self._require_bound()
         return _by_distance(self.bias(1, length)).to(_float_dtype(dtype))

@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import torch
 
+from ._validate import check_device as _device
+
 __all__ = ["check_lengths", "relative_positions", "causal_mask", "sliding_window_mask"]
 
 # Private checks shared by the attention and bias modules (this module is imported by all of them).
@@ -57,12 +59,6 @@ def _number(name: str, value: Any) -> float:
     return value
 
 
-def _float_dtype(dtype: Any, what: str = "dtype") -> torch.dtype:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"{what} must be a floating-point torch.dtype (e.g. torch.float32), got {dtype!r}")
-    return dtype
-
-
 def _as_tensor(name: str, value: Any, device: Optional[torch.device] = None, values: bool = False,
                mask: bool = False, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Numbers, sequences, NumPy arrays or tensors as a float tensor (integers converted; bool, complex refused).
@@ -95,20 +91,6 @@ def _finite(name: str, t: torch.Tensor, sync: bool = False) -> None:
         return
     if not (all(map(math.isfinite, t.tolist())) if t.ndim == 1 and t.numel() <= 256 else bool(torch.isfinite(t).all())):
         raise ValueError(f"{name} must be finite, got {t.tolist() if t.numel() <= 16 else 'NaN or infinity'}")
-
-
-def _device(device: Any) -> Optional[torch.device]:
-    try:
-        return None if device is None else torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"device must be a torch.device or a name such as 'cpu', got {device!r}") from None
-
-
-def _unbound(scheme: Any) -> None:
-    """``ValueError`` if a position scheme is used before a model bound it to its sizes."""
-    if scheme.n_heads is None:
-        raise ValueError(f"{type(scheme).__name__} is not bound to a model: call .bind(d_model=..., n_heads=..., "
-                         "n_layers=...) first (a model does)")
 
 
 def _check_tensors(**named: Any) -> None:

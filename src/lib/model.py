@@ -41,18 +41,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._validate import check_int
 from .layers import ATTENTION_KINDS, Positions, attention_layer
 from .scheme import PositionScheme, position_scheme
 
 __all__ = ["TinyLM"]
 
 _FFNS = ("mlp", "glu")
-
-
-def _positive_int(name: str, value: Any, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
 
 
 class _FeedForward(nn.Module):
@@ -155,10 +150,10 @@ class TinyLM(nn.Module):
         **position_options: Any,
     ) -> None:
         super().__init__()
-        _positive_int("vocab_size", vocab_size)
-        _positive_int("d_model", d_model)
-        _positive_int("n_layers", n_layers)
-        _positive_int("n_heads", n_heads)
+        check_int("vocab_size", vocab_size)
+        check_int("d_model", d_model)
+        check_int("n_layers", n_layers)
+        check_int("n_heads", n_heads)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         kinds = [attention] * n_layers if isinstance(attention, str) else list(attention)
@@ -169,7 +164,7 @@ class TinyLM(nn.Module):
             raise ValueError(f"ffn must be one of {_FFNS}, got {ffn!r}")
         if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
-        d_ff = 4 * d_model if d_ff is None else _positive_int("d_ff", d_ff)
+        d_ff = 4 * d_model if d_ff is None else check_int("d_ff", d_ff)
 
         scheme = position_scheme(position, **position_options)
         scheme.bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
@@ -239,7 +234,7 @@ class TinyLM(nn.Module):
     @window.setter
     def window(self, value: Optional[int]) -> None:
         if value is not None:
-            _positive_int("window", value)
+            check_int("window", value)
             self._softmax_only("a window")
         self._window = value
 
@@ -251,7 +246,7 @@ class TinyLM(nn.Module):
     @train_len.setter
     def train_len(self, value: Optional[int]) -> None:
         if value is not None:
-            _positive_int("train_len", value, low=2)
+            check_int("train_len", value, low=2)
         self._train_len = value
 
     @property

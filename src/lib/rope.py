@@ -38,10 +38,11 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import nn
 
+from ._validate import check_device as _device
+from ._validate import check_float_dtype as _float_dtype
 from ._validate import check_even_dim, check_int
 from .scheme import PositionScheme, register_scheme
-from .sinusoidal import (_align_positions, _device, _float_dtype, _float_tensor, _number, _real_tensor,
-                         _require_bound, _tensor)
+from .sinusoidal import _align_positions, _float_tensor, _number, _real_tensor, _tensor
 
 __all__ = [
     "rope_frequencies",
@@ -577,5 +578,5 @@ class RoPE(PositionScheme):
         self._rotary = RotaryEmbedding(self.head_dim, self.base, interleaved=self.interleaved)
 
     def rotate(self, qk: torch.Tensor) -> torch.Tensor:
-        _require_bound(self, self._rotary is not None)
+        self._require_bound(self._rotary)
         return self._rotary.rotate_stacked(qk)

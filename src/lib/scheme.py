@@ -218,6 +218,12 @@ class PositionScheme(nn.Module):
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.head_dim = d_model // n_heads
 
+    def _require_bound(self, *built: Any) -> None:
+        """Raise ``ValueError`` if no model has bound this scheme yet (or ``bind`` left any of ``built`` unmade)."""
+        if self.n_heads is None or any(b is None for b in built):
+            raise ValueError(f"this {type(self).__name__} scheme is not bound to a model yet: call "
+                             "bind(d_model=..., n_heads=..., n_layers=...) first (a model does it)")
+
     def _require_even_head_dim(self) -> None:
         """For rotations: raise ``ValueError`` unless ``head_dim`` is even."""
         if self.head_dim is not None and self.head_dim % 2:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ._validate import check_even_dim, check_int
+from ._validate import check_float_dtype as _float_dtype
 from .scheme import PositionScheme, register_scheme
 
 __all__ = [
@@ -54,22 +55,6 @@ def _number(value: Any, name: str, low: float = -math.inf, *, inf_ok: bool = Fal
         bound = "" if low == -math.inf else f" > {low:g}"
         raise ValueError(f"{name} must be a {'' if inf_ok else 'finite '}number{bound}{what}, got {value!r}")
     return v
-
-
-def _float_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ValueError(f"{name} must be a floating-point torch.dtype (torch.float32, torch.float64, torch.float16 "
-                         f"or torch.bfloat16), got {dtype!r}")
-    return dtype
-
-
-def _device(device: Any, default: Optional[torch.device]) -> Optional[torch.device]:
-    if device is None:
-        return default
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be a torch.device or a name like 'cpu' or 'cuda:0', got {device!r}") from None
 
 
 def _tensor(x: Any, name: str) -> torch.Tensor:
@@ -127,12 +112,6 @@ def _align_positions(pos: torch.Tensor, batch: Sequence[int], length: int, what:
                          f"(batch, heads, seq, dim), or at most {len(batch) + 1} dims, each 1 or the size of "
                          f"{name}'s (positions never enlarge {name})")
     return aligned
-
-
-def _require_bound(scheme: PositionScheme, bound: bool) -> None:
-    if not bound:
-        raise ValueError(f"this {type(scheme).__name__} scheme is not bound to a model yet: call "
-                         "bind(d_model=..., n_heads=..., n_layers=...) first (a model does it)")
 
 
 _check_dim = check_even_dim
@@ -423,7 +402,7 @@ class LearnedPositions(PositionScheme):
         self.table.copy_(torch.randn(self.table.shape, generator=generator))
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        _require_bound(self, self.table is not None)
+        self._require_bound(self.table)
         _check_embed_input(x, self.d_model)
         t = x.shape[-2]
         if t > self.max_len:
@@ -454,7 +433,7 @@ class SinusoidalPositions(PositionScheme):
         super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        _require_bound(self, self.d_model is not None)
+        self._require_bound(self.d_model)
         t = _check_embed_input(x, self.d_model).shape[-2]
         table = sinusoidal_embedding(t, self.d_model, self.base) if t else x.new_zeros(0, self.d_model)
         return x + table.to(device=x.device, dtype=x.dtype)

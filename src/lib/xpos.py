@@ -41,11 +41,12 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from ._validate import check_device as _device
 from ._validate import check_even_dim, check_int
 from .masks import check_lengths, relative_positions
 from .rope import _check_base, _cos_sin_tables, _rotate, rope_frequencies
 from .scheme import PositionScheme, register_scheme
-from .sinusoidal import _align_positions, _device, _float_tensor, _number, _real_tensor, _require_bound
+from .sinusoidal import _align_positions, _float_tensor, _number, _real_tensor
 
 __all__ = [
     "xpos_zeta",
@@ -484,5 +485,5 @@ class XPosRotation(PositionScheme):
         self._xpos = XPos(self.head_dim, self.base, gamma=self.gamma, scale_base=self.scale_base)
 
     def rotate(self, qk: torch.Tensor) -> torch.Tensor:
-        _require_bound(self, self._xpos is not None)
+        self._require_bound(self._xpos)
         return self._xpos.rotate_stacked(qk)
