@@ -280,13 +280,9 @@ class PositionScheme(nn.Module):
                 out[key] = list(value) if isinstance(value, tuple) else value
         if not cls.__module__.startswith("posenc."):
             out["source"] = _source_hash(cls)
-            if self._initial is not None:
-                out["initial"] = self._initial
+            if self.__dict__.get("_initial_hash") is not None:  # set by snapshot()
+                out["initial"] = self.__dict__["_initial_hash"]
         return out
-
-    @property
-    def _initial(self) -> Optional[str]:
-        return self.__dict__.get("_initial_hash")
 
     # ------------------------------------------------------ parameters
 
