@@ -67,7 +67,7 @@ def test_imports_go_one_way():
     import ast
     from pathlib import Path
 
-    rank = {"_validate": 0, "masks": 0, "runtime": 0, "data": 0, "scheme": 0,
+    rank = {"_validate": 0, "_checking": 0, "masks": 0, "runtime": 0, "data": 0, "scheme": 0,
             "sinusoidal": 1, "rope": 1, "alibi": 1, "bias": 1, "xpos": 1,
             "attention": 2, "linear": 2, "layers": 3, "model": 4, "train": 5, "exercises": 5, "viz": 0}
     root = Path(pe.__file__).parent

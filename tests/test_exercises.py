@@ -129,7 +129,15 @@ VALUES = {
     "8.3": ([[pe.block_diagonal_mask(1024, w).sum().item() / (1024 * 1025 / 2) for w in (16, 64, 256)],
              [0.0166, 0.0634, 0.2507], [0.017, 0.063, 0.25]],
             [[w / 1024 for w in (16, 64, 256)], [1.7, 6.3, 25.1]]),
+    "9.1": ([(512 * 513 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.23435],
+            [512 / 4096, (512 * 511 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.2343, 0.38]),   # w/n; off by one
 }
+
+def _window_share(n, w):
+    """Queries 0 .. w-1 see i + 1 keys, the later ones w: written out, not read from the library."""
+    w = min(w, n)
+    return (w * (w + 1) / 2 + (n - w) * w) / (n * (n + 1) / 2)
+
 
 #: exercise -> (right function answers, wrong function answers)
 FUNCTIONS = {
@@ -152,6 +160,7 @@ FUNCTIONS = {
             [lambda w, c: w * math.exp(c), lambda w, c: w, lambda w, c: w * math.exp(c) / (1 + w * math.exp(c))]),
     "7.4": ([_reach], [lambda m, s: _reach(m, s) + 1, lambda m, s: int(s / m)]),
     "8.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
+    "9.1": ([_window_share], [lambda n, w: min(w, n) / n, lambda n, w: _window_share(n, w - 1) if w > 1 else 1.0]),
 }
 
 
@@ -219,7 +228,7 @@ def test_exercises_lists_one_line_each_in_order():
     assert list(listing) == sorted(listing, key=lambda k: tuple(map(int, k.split("."))))
     assert all(title and "\n" not in title for title in listing.values())
     assert list(exercises(chapter=3)) == ["3.1", "3.2", "3.3", "3.4", "3.5"]
-    assert list(exercises(chapter=9)) == ["9.3"]
+    assert list(exercises(chapter=9)) == ["9.1", "9.3"]
 
 
 def test_published_alibi_slopes():

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
-from numbers import Real
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from ._checking import _Exercise, _check_function, _compare, _describe, _expected_in_words, _plain, _value_problem
 from .alibi import alibi_slopes
 from .attention import log_length_scale
 from .bias import kerple_log_bias, kerple_power_bias, t5_relative_buckets
@@ -51,135 +50,6 @@ from .sinusoidal import sinusoidal_period_coverage, sinusoidal_wavelengths
 from .xpos import blockwise_causal_mask, xpos_scales
 
 __all__ = ["check", "exercises"]
-
-
-@dataclass(frozen=True)
-class _Exercise:
-    """One checker: how to compute the expected answer and what to say."""
-
-    title: str                                   # one line, shown by exercises()
-    confirm: str                                 # printed after a right answer
-    hint: str                                    # printed after a wrong one
-    expected: Optional[Callable[[], Any]] = None  # the value to compare with
-    rtol: float = 0.0
-    atol: float = 0.0
-    signature: Optional[str] = None              # e.g. "slow_pairs(base, L, d)"
-    reference: Optional[Callable[..., Any]] = None  # the library's version of it
-    inputs: Optional[Callable[[], List[tuple]]] = None  # argument tuples to try
-    fn_rtol: float = 1e-6
-    fn_atol: float = 1e-9
-    scheme: Optional[Callable[[Any], Tuple[bool, str]]] = None  # checks a position scheme answer
-
-
-# --- Comparing an answer with the expected value ----------------------------
-
-
-def _plain(x: Any) -> Any:
-    """Tensors, arrays, tuples and lists as nested lists of Python scalars."""
-    if isinstance(x, (str, bytes)):
-        return x
-    if isinstance(x, (list, tuple, range)):
-        return [_plain(e) for e in x]
-    if hasattr(x, "tolist") and not callable(x):  # torch tensors, numpy arrays and scalars
-        return _plain(x.tolist())
-    return x
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, Real) and not isinstance(x, bool)
-
-
-def _kind(expected: Any) -> str:
-    """What an answer should look like, in words: 'an integer', '2 numbers', ..."""
-    if isinstance(expected, list):
-        inner = {_kind(e) for e in expected}
-        if inner <= {"an integer", "a number"}:
-            noun = "integer" if inner == {"an integer"} else "number"
-            return f"{len(expected)} {noun}{'' if len(expected) == 1 else 's'}"
-        if len(inner) == 1:
-            return f"{len(expected)} sequences of {inner.pop()}"
-        return f"{len(expected)} values"
-    return "an integer" if isinstance(expected, int) else "a number"
-
-
-def _describe(x: Any) -> str:
-    if callable(x) or isinstance(x, (list, bool, str)):
-        return ("a function" if callable(x) else f"{len(x)} values" if isinstance(x, list)
-                else f"the boolean {x}" if isinstance(x, bool) else f"the text {x[:20]!r}")
-    return repr(x) if _is_number(x) else f"{'an' if type(x).__name__[0] in 'aeiou' else 'a'} {type(x).__name__}"
-
-
-def _where(path: Tuple[int, ...]) -> str:
-    return f"entry {path[0] if len(path) == 1 else path}: " if path else ""
-
-
-def _kind_problem(answer: Any, expected: Any, path: Tuple[int, ...] = ()) -> Optional[str]:
-    """What is wrong with the *form* of ``answer`` (length, type), or ``None``."""
-    if isinstance(expected, list):
-        if not isinstance(answer, list) or len(answer) != len(expected):
-            return f"{_where(path)}expected {_kind(expected)}, got {_describe(answer)}"
-        for i, (a, e) in enumerate(zip(answer, expected)):
-            problem = _kind_problem(a, e, path + (i,))
-            if problem is not None:
-                return problem
-        return None
-    if not _is_number(answer):
-        return f"{_where(path)}expected {_kind(expected)}, got {_describe(answer)}"
-    if isinstance(expected, int) and isinstance(answer, float) and not answer.is_integer():
-        return f"{_where(path)}expected an integer, got {answer!r}"
-    return None
-
-
-def _value_problem(answer: Any, expected: Any, rtol: float, atol: float,
-                   path: Tuple[int, ...] = ()) -> Optional[str]:
-    """The first entry of a well-formed ``answer`` that is wrong, or ``None``."""
-    if isinstance(expected, list):
-        for i, (a, e) in enumerate(zip(answer, expected)):
-            problem = _value_problem(a, e, rtol, atol, path + (i,))
-            if problem is not None:
-                return problem
-        return None
-    if math.isnan(answer):
-        return f"{_where(path)}got NaN"
-    if answer == expected if isinstance(expected, int) else math.isclose(answer, expected, rel_tol=rtol, abs_tol=atol):
-        return None
-    return f"{_where(path)}{answer!r} is too {'large' if answer > expected else 'small'}"
-
-
-def _compare(answer: Any, expected: Any, rtol: float, atol: float) -> Optional[Tuple[bool, str]]:
-    """``None`` when ``answer`` matches, else ``(is_kind_error, message)``."""
-    problem = _kind_problem(answer, expected)
-    if problem is not None:
-        return True, problem
-    problem = _value_problem(answer, expected, rtol, atol)
-    return None if problem is None else (False, problem)
-
-
-def _show(arg: Any) -> str:
-    if isinstance(arg, torch.Tensor):
-        return f"<tensor of shape {tuple(arg.shape)}>"
-    return f"{arg:g}" if isinstance(arg, float) else repr(arg)
-
-
-def _check_function(ex: _Exercise, answer: Callable[..., Any]) -> Tuple[bool, str]:
-    """Call ``answer`` on every input of ``ex`` and compare with the library."""
-    name, cases = ex.signature.split("(")[0], ex.inputs()
-    for args in cases:
-        call = f"{name}({', '.join(_show(a) for a in args)})"
-        expected = _plain(ex.reference(*args))
-        try:
-            got = answer(*args)
-        except Exception as err:  # the student's function failed: report, don't raise
-            return False, f"{call} raised {type(err).__name__}: {err}"
-        problem = _compare(_plain(got), expected, ex.fn_rtol, ex.fn_atol)
-        if problem is not None:
-            return False, f"{call} is wrong ({problem[1]}). Hint: {ex.hint}"
-    return True, f" on all {len(cases)} test inputs"
-
-
-def _expected_in_words(ex: _Exercise) -> str:
-    kinds = [_kind(_plain(ex.expected()))] if ex.expected is not None else []
-    return " or ".join(kinds + ([f"a function {ex.signature}"] if ex.signature is not None else []))
 
 
 # --- The expected answers, computed with the library ------------------------
@@ -272,6 +142,11 @@ def _gradient_ratio(c: float = 1e-3) -> float:
 
 def _diag_fraction(n: int, w: int) -> float:
     return block_diagonal_mask(n, w).sum().item() / (n * (n + 1) / 2)
+
+
+def _window_fraction(n: int, w: int) -> float:
+    # Share of the n(n+1)/2 causal query-key pairs that a causal window of w keys computes.
+    return sliding_window_mask(n, window=w).sum().item() / (n * (n + 1) / 2)
 
 
 def _reach_100() -> List[int]:
@@ -540,6 +415,15 @@ _EXERCISES: Dict[str, _Exercise] = {
         inputs=lambda: [(1024, 16), (1024, 64), (1024, 256), (12, 3), (8, 8), (6, 1), (100, 10)],
     ),
     # Chapter 9: summary
+    "9.1": _Exercise(
+        title="fraction of the n(n+1)/2 causal query-key pairs that a causal window of w = 512 keys "
+              "computes at n = 4096 (a number to 5 digits, or a function window_share(n, w))",
+        confirm="A window costs O(n w) instead of O(n^2 / 2): below 1 once n > w.",
+        hint="query i sees min(i + 1, w) keys; add them up over i = 0 .. n - 1.",
+        expected=lambda: _window_fraction(4096, 512), rtol=5e-5,
+        signature="window_share(n, w)", reference=_window_fraction,
+        inputs=lambda: [(4096, 512), (1024, 16), (8, 8), (8, 20), (100, 1), (37, 5), (2048, 2047)],
+    ),
     "9.3": _Exercise(
         title="a PositionScheme subclass or object: ALiBi's bias -m_h (i - j), m_h learned, starting at ALiBi's",
         confirm="The slopes start as ALiBi's and now train with the model.",
