@@ -5,6 +5,10 @@ and peak memory of one multi-head causal attention call (queries and keys
 already projected), each reported as a ratio to
 ``scaled_dot_product_attention(q, k, v, is_causal=True)`` measured in the same
 run, plus a naive implementation (explicit scores, mask, softmax) for contrast.
+Timings are repeated in ``--rounds`` rounds over every length (each the best
+of ``--repeats`` calls, interleaved across schemes): a ratio is the median
+over the rounds, and ``*_ratio_min`` / ``*_ratio_max`` give its spread, how
+much a ratio moves from run to run on the machine.
 
 ========================  ====================================================
 ``causal SDPA``           the baseline: PyTorch's fused causal kernel, no position
@@ -44,6 +48,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -189,13 +194,17 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
                         help="sequence lengths (default 512..8192 on CPU, 512..32768 on CUDA)")
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES, metavar="SCHEME")
-    parser.add_argument("--repeats", type=int, default=5, help="timings per case (the best is kept)")
+    parser.add_argument("--repeats", type=int, default=5, help="timings per case and round (the best is kept)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds over every length and scheme: the median ratio is reported, with its min and max")
     parser.add_argument("--naive-max", type=int, default=None,
                         help="skip the naive reference above this length (default 4096 CPU, 16384 CUDA)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--_memory-case", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeats < 1 or args.rounds < 1:
+        parser.error("--repeats and --rounds must be at least 1")
     if args._memory_case:
         scheme, n, backward = args._memory_case
         _memory_case(scheme, int(n), bool(int(backward)))
@@ -213,39 +222,45 @@ def main() -> None:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover
         tqdm = None
-    total = len(lengths) * len(schemes)
+    total = args.rounds * len(lengths) * len(schemes)
     bar = tqdm(total=total, desc="cases") if tqdm else None
     rows: List[Dict[str, object]] = []
-    for n in lengths:
-        todo = [s for s in schemes if not (s == "naive" and n > naive_max)]
-        cases = {s: make_case(s, n, device, dtype) for s in todo}
-        best = {(s, b): float("inf") for s in todo for b in (False, True)}
-        for backward in (False, True):
-            q, k, v, dy = inputs(n, device, dtype, backward)
-            steps = {s: step(cases[s], q, k, v, dy, backward) for s in todo}
-            for s in todo:
-                steps[s]()  # warm-up: caches, compiled kernels
-            for _ in range(args.repeats):  # interleaved, so that drifts hit every scheme alike
+    # best[r, s, n, backward]: the best of `repeats` interleaved timings in round r. Rounds run one after
+    # the other over every length, so that their spread shows how much a ratio moves from run to run.
+    best: Dict[tuple, float] = {}
+    for r in range(args.rounds):
+        for n in lengths:
+            todo = [s for s in schemes if not (s == "naive" and n > naive_max)]
+            cases = {s: make_case(s, n, device, dtype) for s in todo}
+            for backward in (False, True):
+                q, k, v, dy = inputs(n, device, dtype, backward)
+                steps = {s: step(cases[s], q, k, v, dy, backward) for s in todo}
                 for s in todo:
-                    best[s, backward] = min(best[s, backward], seconds(steps[s], device))
-        for s in todo:
-            row: Dict[str, object] = dict(
-                scheme=s, n=n,
-                forward_ms=round(1e3 * best[s, False], 3), forward_backward_ms=round(1e3 * best[s, True], 3),
-                forward_ratio=round(best[s, False] / best["causal SDPA", False], 4),
-                forward_backward_ratio=round(best[s, True] / best["causal SDPA", True], 4))
+                    steps[s]()  # warm-up: caches, compiled kernels
+                    best[r, s, n, backward] = float("inf")
+                for _ in range(args.repeats):  # interleaved, so that drifts hit every scheme alike
+                    for s in todo:
+                        best[r, s, n, backward] = min(best[r, s, n, backward], seconds(steps[s], device))
+            del cases, steps, q, k, v, dy
+            if bar:
+                bar.update(len(schemes))
+    for n in lengths:
+        for s in [s for s in schemes if not (s == "naive" and n > naive_max)]:
+            row: Dict[str, object] = dict(scheme=s, n=n)
+            for backward, name in ((False, "forward"), (True, "forward_backward")):
+                times = [best[r, s, n, backward] for r in range(args.rounds)]
+                ratios = sorted(best[r, s, n, backward] / best[r, "causal SDPA", n, backward] for r in range(args.rounds))
+                row[f"{name}_ms"] = round(1e3 * min(times), 3)
+                row[f"{name}_ratio"] = round(statistics.median(ratios), 4)
+                row[f"{name}_ratio_min"], row[f"{name}_ratio_max"] = round(ratios[0], 4), round(ratios[-1], 4)
             if not args.no_memory:
                 for backward, key in ((False, "forward_mib"), (True, "forward_backward_mib")):
-                    mib = (peak_memory_cuda(cases[s], n, device, dtype, backward) if device.type == "cuda"
-                           else peak_memory_cpu(s, n, backward))
+                    mib = (peak_memory_cuda(make_case(s, n, device, dtype), n, device, dtype, backward)
+                           if device.type == "cuda" else peak_memory_cpu(s, n, backward))
                     row[key] = None if mib is None else round(mib, 1)
             row.update(device=device.type, machine=where, dtype=str(dtype).replace("torch.", ""),
-                       torch=torch.__version__, batch=BATCH, heads=HEADS, head_dim=HEAD_DIM)
+                       torch=torch.__version__, batch=BATCH, heads=HEADS, head_dim=HEAD_DIM, rounds=args.rounds)
             rows.append(row)
-            if bar:
-                bar.update(1)
-        if bar:
-            bar.update(len(schemes) - len(todo))
     if bar:
         bar.close()
 
@@ -265,6 +280,11 @@ def main() -> None:
             cells = {r["n"]: r for r in rows if r["scheme"] == s}
             print(f"{s:28s}" + "".join(f"{cells[n]['forward_mib']:>8.0f}" if n in cells and cells[n]["forward_mib"]
                                        is not None else f"{'-':>8s}" for n in lengths))
+    spread = [r[f"{name}_ratio_max"] - r[f"{name}_ratio_min"] for r in rows if r["scheme"] != "causal SDPA"
+              for name in ("forward", "forward_backward")]
+    if args.rounds > 1:
+        print(f"\nspread of a ratio over {args.rounds} rounds (max - min): median {statistics.median(spread):.3f}, "
+              f"largest {max(spread):.3f}")
     goals = {"ALiBi": 1.15, "RoPE": 1.15, "xPos": 1.15, "KERPLE log": 1.5, "KERPLE power": 1.5, "Sandwich": 1.5}
     probe = 4096 if 4096 in lengths else max(lengths)
     print()

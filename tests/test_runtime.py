@@ -34,7 +34,8 @@ def test_seed_everything_is_deterministic():
 
 # --- the measurements shipped with the library --------------------------------------------------------------
 
-COLUMNS = {"scheme", "n", "forward_ratio", "forward_backward_ratio", "forward_mib", "machine", "dtype", "torch"}
+COLUMNS = {"scheme", "n", "forward_ratio", "forward_backward_ratio", "forward_mib", "machine", "dtype", "torch", "rounds",
+           "forward_ratio_min", "forward_ratio_max", "forward_backward_ratio_min", "forward_backward_ratio_max"}
 
 
 def test_measured_costs_are_package_data_read_from_any_folder(tmp_path, monkeypatch):
@@ -45,6 +46,9 @@ def test_measured_costs_are_package_data_read_from_any_folder(tmp_path, monkeypa
     rows = runs["posenc/measured/attention-cpu.csv"]
     assert COLUMNS <= set(rows[0]) and {r["scheme"] for r in rows} >= {"causal SDPA", "RoPE", "ALiBi", "window 512"}
     assert all(r["forward_ratio"] == "1.0" for r in rows if r["scheme"] == "causal SDPA")
+    for r in rows:  # the median of the rounds lies within their range
+        for column in ("forward_ratio", "forward_backward_ratio"):
+            assert float(r[column + "_min"]) <= float(r[column]) <= float(r[column + "_max"]), r
 
 
 def test_measured_costs_put_a_readers_own_first(tmp_path, monkeypatch):
