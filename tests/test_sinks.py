@@ -112,3 +112,63 @@ def test_model_sinks_with_alibi_and_bad_values():
     lin = pe.TinyLM(17, 32, 1, 2, position="rope", attention="linear")
     with pytest.raises(ValueError, match="softmax"):
         lin.sinks = 2
+
+
+# --------------------------------------------------------------------------- positions in the rolling cache
+
+
+def decode_with_rolling_cache(q, k, v, window, sinks, base=10000.0):
+    """StreamingLLM token by token: the cache holds the sinks and the latest keys, positioned within the cache."""
+    n = q.shape[2]
+    outs = []
+    for i in range(n):
+        kept = sorted(set(range(min(sinks, i + 1))) | set(range(max(0, i - window + 1), i + 1)))
+        pos = torch.arange(len(kept), dtype=torch.float64)  # positions inside the cache
+        kc = pe.apply_rope(k[:, :, kept], pos, base)
+        qc = pe.apply_rope(q[:, :, i:i + 1], pos[-1:], base)
+        outs.append(pe.attention(qc, kc, v[:, :, kept], causal=False))
+    return torch.cat(outs, dim=2)
+
+
+@pytest.mark.parametrize("n,window,sinks", [(30, 6, 2), (40, 1, 3), (12, 20, 4), (25, 5, 0), (300, 16, 4)])
+def test_streaming_attention_equals_decoding_with_the_rolling_cache(n, window, sinks):
+    q, k, v = qkv(n)
+    ref = decode_with_rolling_cache(q, k, v, window, sinks)
+    out, w = pe.streaming_attention(q, k, v, window, sinks, return_weights=True)
+    assert torch.allclose(out, ref, atol=1e-10)
+    assert torch.allclose(pe.streaming_attention(q, k, v, window, sinks), ref, atol=1e-10)
+    assert w[:, :, ~pe.sliding_window_mask(n, window=window, sinks=sinks)].abs().max() == 0
+    if sinks == 0 or n <= sinks + window - 1:  # nothing re-indexed: original positions
+        plain = pe.sink_attention(pe.apply_rope(q), pe.apply_rope(k), v, window=window, sinks=sinks)
+        assert torch.allclose(out, plain, atol=1e-10)
+
+
+def test_model_sink_positions():
+    torch.manual_seed(0)
+    m = pe.TinyLM(17, 32, 2, 2, position="rope", train_len=16)
+    with torch.no_grad():
+        for block in m.blocks:
+            block.attn.qkv.weight.mul_(30)
+    x = torch.randint(17, (1, 120))
+    key = m.config
+    with torch.no_grad():
+        m.window, m.sinks = 16, 4
+        original = m(x)
+        m.sink_positions = "cache"
+        assert m.config == key and "sink_positions='cache'" in repr(m)
+        cache = m(x)
+        assert torch.allclose(cache[:, :19], original[:, :19], atol=1e-5)  # nothing evicted yet
+        assert not torch.allclose(cache[:, 40:], original[:, 40:], atol=1e-4)
+        y = x.clone()
+        y[:, 80:] = (y[:, 80:] + 1) % 17
+        assert torch.allclose(m(y)[:, :80], cache[:, :80], atol=1e-6)
+        m.rope_scaling = ("yarn", 2)
+        assert torch.isfinite(m(x)).all()
+        m.rope_scaling = ("rerope", 8)
+        with pytest.raises(ValueError, match="do not combine"):
+            m(x)
+    with pytest.raises(ValueError, match="'original' or 'cache'"):
+        m.sink_positions = "rolling"
+    alibi = pe.TinyLM(17, 32, 1, 2, position="alibi")
+    with pytest.raises(ValueError, match="RoPE"):
+        alibi.sink_positions = "cache"

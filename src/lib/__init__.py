@@ -52,6 +52,7 @@ from .rerope import (
     self_extend_positions,
     rerope_attention,
     self_extend_attention,
+    streaming_attention,
 )
 from .extend import (
     rope_frequencies_llama3,
@@ -199,6 +200,7 @@ __all__ = [
     "self_extend_positions",
     "rerope_attention",
     "self_extend_attention",
+    "streaming_attention",
     "rope_frequencies_llama3",
     "rope_frequencies_dynamic_ntk",
     "ROPE_SCALING_METHODS",

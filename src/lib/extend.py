@@ -46,7 +46,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from ._validate import check_int
-from .rerope import rerope_attention, self_extend_attention
+from .rerope import rerope_attention, self_extend_attention, streaming_attention
 from .rope import (
     RotaryEmbedding,
     _check_base,
@@ -450,13 +450,27 @@ class RoPE(PositionScheme):
         return torch.cat((rotary.rotate_stacked(qk[..., :self.rotary_dim]), rest), dim=-1)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: Optional[int] = None,
-               sinks: int = 0, return_weights: bool = False):
+               sinks: int = 0, return_weights: bool = False, cache_positions: bool = False):
         """ReRoPE or Self-Extend attention of unrotated ``q``, ``k`` (``(batch, heads, seq, head_dim)``).
 
         ``window`` / ``sinks``: the model's sliding window and attention sinks, applied as a mask.
+        ``cache_positions``: instead, StreamingLLM's sinks with positions in the rolling
+        cache (:func:`posenc.streaming_attention`), with this scheme's frequencies (and
+        scaling rule, if a frequency rule is set).
         """
         self._require_bound(self._rotary)
         s = self._scaling
+        if cache_positions:
+            if s is not None and s.two_pass:
+                raise ValueError(f"sinks at cache positions re-index positions themselves; they do not combine "
+                                 f"with rope scaling {s.method!r}")
+            if window is None:
+                raise ValueError("sinks at cache positions need a window")
+            rotary = self._rotary_at(q.shape[-2])
+            t = rotary.attention_factor
+            return streaming_attention(q * t, k * t, v, window, sinks, base=self.base, interleaved=self.interleaved,
+                                       inv_freq=rotary.inv_freq, rotary_dim=self.rotary_dim,
+                                       return_weights=return_weights)
         if s is None or not s.two_pass:
             raise ValueError("attend() serves the two-pass scalings ('rerope', 'self_extend'); use rotate()")
         kw = dict(base=self.base, interleaved=self.interleaved, rotary_dim=self.rotary_dim, mask_window=window,

@@ -30,7 +30,9 @@ Evaluation-time position tricks for long contexts (Chapter "Stretching a trained
 
 * ``model.sinks = k`` keeps the first ``k`` tokens visible to every query in
   addition to the window (StreamingLLM's attention sinks, Xiao et al., 2024;
-  :func:`posenc.sink_attention`; tokens keep their original positions);
+  :func:`posenc.sink_attention`; tokens keep their original positions, or,
+  in a RoPE model with ``model.sink_positions = "cache"``, positions within
+  StreamingLLM's rolling cache, :func:`posenc.streaming_attention`);
 * ``model.rope_scaling = ("yarn", 4)`` (a RoPE model): a context-extension
   rule of :mod:`posenc.extend` ("linear", "ntk", "dynamic", "yarn",
   "llama3", or ReRoPE / Self-Extend: ``("rerope", w)``, ``("self_extend", G, w)``),
@@ -48,6 +50,7 @@ causal kernel.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -213,7 +216,7 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 
         self.window = window  # validated by the property setter
-        self._sinks = 0
+        self._sinks, self._sink_positions = 0, "original"
         self.train_len = train_len
         self.log_n_scaling = log_n_scaling
         scheme.snapshot()
@@ -265,6 +268,20 @@ class TinyLM(nn.Module):
         if value:
             self._softmax_only("attention sinks")
         self._sinks = value
+
+    @property
+    def sink_positions(self) -> str:
+        """Positions of the sinks: ``"original"`` (the true ones) or ``"cache"`` (StreamingLLM's rolling cache, RoPE)."""
+        return self._sink_positions
+
+    @sink_positions.setter
+    def sink_positions(self, value: str) -> None:
+        if value not in ("original", "cache"):
+            raise ValueError(f"sink_positions must be 'original' or 'cache', got {value!r}")
+        if value == "cache" and not callable(getattr(self.position, "attend", None)):
+            raise ValueError("sink_positions='cache' re-indexes rotary positions: it needs a RoPE model "
+                             f"(position='rope'), this one has position={self.position.name!r}")
+        self._sink_positions = value
 
     @property
     def rope_scaling(self) -> Optional[RopeScaling]:
@@ -319,6 +336,7 @@ class TinyLM(nn.Module):
     def extra_repr(self) -> str:
         return (f"window={self.window}, log_n_scaling={self.log_n_scaling}, train_len={self.train_len}"
                 + (f", sinks={self.sinks}" if self.sinks else "")
+                + (f", sink_positions={self.sink_positions!r}" if self.sink_positions != "original" else "")
                 + (f", rope_scaling={self.rope_scaling.config()}" if self.rope_scaling is not None else "")
                 + (f", attention={self.attention_kinds}" if "attention" in self._config else ""))
 
@@ -389,10 +407,12 @@ class TinyLM(nn.Module):
                                  f"shape {shapes[0]} (every layer) or {shapes[1]} (one per layer), got "
                                  f"{getattr(table, 'shape', type(table).__name__)}")
         window = self.window if self.window is not None and self.window < t else None
+        sinks = self.sinks if window is not None else 0
         attend = scheme.attend if getattr(scheme, "attends", False) else None
+        if sinks and self.sink_positions == "cache":
+            attend = functools.partial(scheme.attend, cache_positions=True)
         common = dict(rotate=scheme.rotate if scheme.rotates else None, slopes=slopes, window=window,
-                      q_scale=self._log_n_scale(t, device), sinks=self.sinks if window is not None else 0,
-                      attend=attend)
+                      q_scale=self._log_n_scale(t, device), sinks=sinks, attend=attend)
         if table is not None and table.ndim == 3:  # a table per layer
             return [Positions(table=table[i], **common) for i in range(self.n_layers)]
         return [Positions(table=table, **common)] * self.n_layers

@@ -16,6 +16,9 @@ out-of-window logits with queries and keys rotated at substitute positions,
 merged by the mask before one softmax. The RoPE scheme applies them with
 ``model.rope_scaling = ("rerope", w)`` or ``("self_extend", G, w)``
 (:class:`posenc.RoPE`).
+
+The same two-pass form gives StreamingLLM's attention sinks with positions
+*inside the rolling cache* (Xiao et al., 2024): :func:`streaming_attention`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from .masks import sliding_window_mask
 from .rope import _cos_sin_tables, _rotate, rope_frequencies
 from .sinusoidal import _float_tensor, _number
 
-__all__ = ["rerope_positions", "self_extend_positions", "rerope_attention", "self_extend_attention"]
+__all__ = ["rerope_positions", "self_extend_positions", "rerope_attention", "self_extend_attention",
+           "streaming_attention"]
 
 
 
@@ -184,3 +188,36 @@ def self_extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gro
     return _two_pass(q, k, v, window, q_pos // group + window - window // group, k_pos // group, base=base,
                      interleaved=interleaved, inv_freq=inv_freq, rotary_dim=rotary_dim, scale=scale,
                      mask_window=mask_window, sinks=sinks, return_weights=return_weights)
+
+
+def streaming_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, sinks: int, *,
+                        base: float = 10000.0, interleaved: bool = False, inv_freq: Optional[torch.Tensor] = None,
+                        rotary_dim: Optional[int] = None, scale: Optional[float] = None,
+                        return_weights: bool = False):
+    """StreamingLLM (Xiao et al., 2024) with RoPE positions inside the rolling cache.
+
+    The cache holds the first ``sinks`` tokens and the ``window`` latest ones,
+    and positions are given within it: sinks at ``0 .. sinks-1``, then the
+    window, so the query sits at ``min(i, sinks + window - 1)``. Distances to the
+    window keys are the true ``i - j``; distances to the sinks become
+    ``min(i, sinks + window - 1) - j``, never more than the cache size: no
+    query sees a relative position it did not see in training when
+    ``sinks + window <= L``. Computed in two passes (window keys with ordinary
+    RoPE, sink keys with the query rotated at its cache position), for the whole
+    sequence at once; equal to decoding token by token with the rolling cache.
+    :func:`posenc.sink_attention` keeps the original positions instead.
+
+    Args:
+        q, k: ``(batch, heads, seq, head_dim)`` **not yet rotated**; v: ``(batch, heads, k_len, v_dim)``.
+        window, sinks: ``>= 1`` and ``>= 0``.
+        base, interleaved, inv_freq, rotary_dim, scale, return_weights: as in :func:`rerope_attention`.
+
+    Returns:
+        ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
+    """
+    check_int("window", window)
+    check_int("sinks", sinks, low=0)
+    q_pos, k_pos = _query_key_positions(q.shape[-2], k.shape[-2])
+    return _two_pass(q, k, v, window, q_pos.clamp(max=sinks + window - 1), k_pos, base=base,
+                     interleaved=interleaved, inv_freq=inv_freq, rotary_dim=rotary_dim, scale=scale,
+                     mask_window=window, sinks=sinks, return_weights=return_weights)

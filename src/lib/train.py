@@ -418,6 +418,8 @@ def train(
     window_active = config["train"]["window"] is not None
     if getattr(model, "sinks", 0) and window_active:
         config["train"]["sinks"] = model.sinks
+        if model.sink_positions != "original":
+            config["train"]["sink_positions"] = model.sink_positions
     if getattr(model, "rope_scaling", None) is not None:
         config["train"]["rope_scaling"] = model.rope_scaling.config()
     if init is not None:
