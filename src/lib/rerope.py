@@ -29,7 +29,6 @@ from typing import Optional, Tuple
 import torch
 
 from ._validate import check_int
-from .masks import sliding_window_mask
 from .rope import _cos_sin_tables, _rotate, rope_frequencies
 from .sinusoidal import _float_tensor, _number
 
@@ -114,17 +113,21 @@ def _two_pass(q, k, v, window, q_far, k_far, *, base, interleaved, inv_freq, rot
     rot = dict(inv_freq=inv_freq, interleaved=bool(interleaved), rotary_dim=rotary_dim)
     q_near, k_near = _rotate_part(q, q_pos, **rot), _rotate_part(k, k_pos, **rot)
     q_far, k_far = _rotate_part(q, q_far, **rot), _rotate_part(k, k_far, **rot)
-    allowed = (sliding_window_mask(q.shape[2], k.shape[2], window=mask_window, sinks=sinks) if mask_window
-               else q_pos[:, None] >= k_pos).to(q.device)
-    near = (q_pos[:, None] - k_pos < window).to(q.device)
+    if mask_window is not None:
+        check_int("mask_window", mask_window)
+    q_pos, k_pos = q_pos.to(q.device), k_pos.to(q.device)
     outs, weights = [], []
-    for a in range(0, q.shape[2], chunk):
+    for a in range(0, q.shape[2], chunk):  # masks and scores of one chunk of queries at a time: O(chunk n)
         e = min(a + chunk, q.shape[2])
         hi = int(q_pos[e - 1]) + 1  # keys after the chunk's last query are all masked
+        d = q_pos[a:e, None] - k_pos[:hi]  # (chunk, keys): i - j
+        allowed = d >= 0
+        if mask_window is not None:
+            allowed = allowed & ((d < mask_window) | (k_pos[:hi] < sinks))
         s_near = q_near[:, :, a:e] @ k_near[:, :, :hi].transpose(-2, -1)
         s_far = q_far[:, :, a:e] @ k_far[:, :, :hi].transpose(-2, -1)
-        scores = torch.where(near[a:e, :hi], s_near, s_far) * scale
-        p = scores.masked_fill(~allowed[a:e, :hi], float("-inf")).softmax(-1)
+        scores = torch.where(d < window, s_near, s_far) * scale
+        p = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
         outs.append(p @ v[:, :, :hi])
         if return_weights:
             weights.append(torch.nn.functional.pad(p, (0, k.shape[2] - hi)))
