@@ -116,6 +116,9 @@ def _two_pass(q, k, v, window, q_far, k_far, *, base, interleaved, inv_freq, rot
     if mask_window is not None:
         check_int("mask_window", mask_window)
     q_pos, k_pos = q_pos.to(q.device), k_pos.to(q.device)
+    if not return_weights and scale > 0:  # the fused kernel, two copies of each key
+        return torch.cat([_fused_chunk(q_near, k_near, q_far, k_far, v, q_pos, a, min(a + chunk, q.shape[2]), window,
+                                       mask_window, sinks, scale) for a in range(0, q.shape[2], chunk)], dim=2)
     outs, weights = [], []
     for a in range(0, q.shape[2], chunk):  # masks and scores of one chunk of queries at a time: O(chunk n)
         e = min(a + chunk, q.shape[2])
@@ -133,6 +136,31 @@ def _two_pass(q, k, v, window, q_far, k_far, *, base, interleaved, inv_freq, rot
             weights.append(torch.nn.functional.pad(p, (0, k.shape[2] - hi)))
     out = torch.cat(outs, dim=2)
     return (out, torch.cat(weights, dim=2)) if return_weights else out
+
+
+def _fused_chunk(q_near, k_near, q_far, k_far, v, q_pos, a, e, window, mask_window, sinks, scale):
+    """Queries ``a:e`` through SDPA: ``[q_near, q_far]`` against near copies ``[k_near, 0]`` and far copies
+    ``[0, k_far]`` of the keys, a boolean mask picking the copy each query sees (the two passes in one kernel)."""
+    first, last = int(q_pos[a]), int(q_pos[e - 1])
+    dev = q_near.device
+    near = torch.arange(max(0, first - window + 1), last + 1, device=dev)  # keys some query sees exactly
+    top = max(0, last - window + 1)  # keys some query sees at a substitute position: 0 .. top-1
+    if mask_window is None:
+        far = torch.arange(top, device=dev)
+    else:  # only sinks and keys inside the mask window can be seen at all
+        head = min(sinks, top)
+        far = torch.cat((torch.arange(head, device=dev), torch.arange(max(head, first - mask_window + 1), top,
+                                                                      device=dev)))
+    keys = torch.cat((near, far))
+    d = q_pos[a:e, None] - keys  # (chunk, 2 copies)
+    is_far = torch.arange(len(keys), device=dev) >= len(near)
+    ok = (d >= 0) & torch.where(is_far, d >= window, d < window)
+    if mask_window is not None:
+        ok = ok & ((d < mask_window) | (keys < sinks))
+    kn, kf = k_near[:, :, near], k_far[:, :, far]
+    k2 = torch.cat((torch.cat((kn, torch.zeros_like(kn)), -1), torch.cat((torch.zeros_like(kf), kf), -1)), dim=2)
+    q2 = torch.cat((q_near[:, :, a:e], q_far[:, :, a:e]), -1)
+    return torch.nn.functional.scaled_dot_product_attention(q2, k2, v[:, :, keys], attn_mask=ok, scale=scale)
 
 
 def rerope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, base: float = 10000.0,

@@ -270,6 +270,8 @@ def _channels(x: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------
 # Context extension: new frequencies for a model trained at a shorter length
+# (Llama 3.1 and dynamic NTK rules, scaling objects and the RoPE scheme that
+# applies them at evaluation time: posenc.extend)
 # ---------------------------------------------------------------------------
 
 
@@ -353,7 +355,9 @@ def rope_frequencies_yarn(
     ``beta_fast`` / ``beta_slow`` rotations within ``L`` (rounded down / up
     when ``truncate``), clamped as in the authors' reference code.
 
-    Also apply :func:`yarn_attention_factor` to the logits.
+    Also multiply cos and sin (or ``q`` and ``k``) by :func:`yarn_attention_factor`,
+    so that the logits get its square (``RotaryEmbedding(..., attention_factor=...)``;
+    :class:`posenc.RopeScaling` does both).
 
     Args:
         dim: head dimension (even).
