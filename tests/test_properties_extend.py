@@ -2,8 +2,10 @@
 
 import math
 
+import pytest
+
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import posenc as pe
@@ -85,3 +87,48 @@ def test_sink_attention_equals_the_masked_reference(seed, q_len, extra, window, 
     mask = pe.sliding_window_mask(q_len, k_len, window=window, sinks=sinks)
     ref = pe.attention(q, k, v, mask=mask)
     assert torch.allclose(pe.sink_attention(q, k, v, window=window, sinks=sinks), ref, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- random arguments, good and bad
+
+from test_properties_encodings import _real, even_dim, number  # noqa: E402  (the shared argument strategies)
+
+
+def integer(low):
+    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low  # noqa: E731
+    return st.one_of(st.integers(low, 10**5), st.sampled_from([low - 1, -3, 2.5, True, "8", None, float("nan")])), ok
+
+
+CASES = {
+    "llama3": (lambda a: pe.rope_frequencies_llama3(a["dim"], a["base"], a["factor"], a["low"], 100.0,
+                                                    a["length"]),
+               {"dim": even_dim(), "base": number(1, 1e6), "factor": number(1, 64, closed=True),
+                "low": number(0, 8), "length": integer(1)}),
+    "llama3 bounds": (lambda a: pe.rope_frequencies_llama3(8, 10000.0, 2.0, 1.0, a["high"], 64),
+                      {"high": number(1, 8)}),
+    "dynamic": (lambda a: pe.rope_frequencies_dynamic_ntk(a["dim"], a["n"], a["length"], a["base"], a["factor"]),
+                {"dim": even_dim(4), "n": integer(1), "length": integer(1), "base": number(1, 1e6),
+                 "factor": number(1, 64, closed=True)}),
+    "RopeScaling yarn": (lambda a: pe.RopeScaling("yarn", a["factor"], a["length"]).inv_freq(a["dim"]),
+                         {"factor": number(1, 64, closed=True), "length": integer(2), "dim": even_dim()}),
+    "RopeScaling rerope": (lambda a: pe.rope_scaling(("rerope", a["window"])).inv_freq(8), {"window": integer(1)}),
+    "RoPE partial": (lambda a: pe.TinyLM(5, 32, 1, 2, position="rope", partial=a["partial"]),
+                     {"partial": (st.one_of(st.floats(0.125, 1.0), st.sampled_from([0.0, -0.5, 1.5, True, None])),
+                                  lambda v: _real(v) is not None and 0.125 <= _real(v) <= 1.0
+                                  and int(16 * _real(v)) % 2 == 0)}),  # an even number of rotated channels
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@settings(max_examples=40)
+@given(data=st.data())
+def test_random_arguments_give_finite_values_or_value_error(name, data):
+    call, arguments = CASES[name]
+    args = {key: data.draw(strategy, label=key) for key, (strategy, _) in arguments.items()}
+    if not all(check(args[key]) for key, (_, check) in arguments.items()):
+        with pytest.raises(ValueError):
+            call(args)
+        return
+    out = call(args)
+    if isinstance(out, torch.Tensor):
+        assert out.dtype == torch.float64 and torch.isfinite(out).all() and (out > 0).all()
