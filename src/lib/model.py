@@ -131,7 +131,9 @@ class TinyLM(nn.Module):
         feature: feature map of ``"linear"`` and ``"norm"`` layers.
         **position_options: options of a scheme given by name, e.g.
             ``max_len`` (``"learned"``: rows of the table), ``base``
-            (``"rope"``, ``"xpos"``), ``scale_base`` (``"xpos"``), ``dim``
+            (``"rope"``, ``"xpos"``), ``partial`` (``"rope"``: the rotated
+            fraction of each head) and ``original_max_position`` (``"rope"``:
+            the training length for scaling rules), ``scale_base`` (``"xpos"``), ``dim``
             (``"sandwich"``), ``num_buckets``, ``max_distance`` (``"t5"``).
 
     Embeddings are initialised ``N(0, 1)`` (tokens and learned positions, the
