@@ -132,3 +132,36 @@ def test_random_arguments_give_finite_values_or_value_error(name, data):
     out = call(args)
     if isinstance(out, torch.Tensor):
         assert out.dtype == torch.float64 and torch.isfinite(out).all() and (out > 0).all()
+
+
+@given(seeds, st.integers(1, 24), st.integers(0, 6), st.integers(1, 30), st.integers(1, 4),
+       st.sampled_from([None, 3, 12]), st.integers(0, 5), st.booleans())
+def test_two_pass_attention_equals_the_reference_with_explicit_relative_positions(seed, q_len, extra, window, group,
+                                                                                   mask_window, sinks, interleaved):
+    k_len = q_len + extra
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 2, q_len, 6, generator=g, dtype=torch.float64)
+    k, v = torch.randn(2, 1, 2, k_len, 6, generator=g, dtype=torch.float64)
+    allowed = (pe.sliding_window_mask(q_len, k_len, window=mask_window, sinks=sinks) if mask_window
+               else pe.causal_mask(q_len, k_len))
+    kw = dict(interleaved=interleaved, mask_window=mask_window, sinks=sinks)
+    for out, rel in ((pe.rerope_attention(q, k, v, window, **kw), pe.rerope_positions(q_len, window, k_len)),
+                     (pe.self_extend_attention(q, k, v, group, window, **kw),
+                      pe.self_extend_positions(q_len, group, window, k_len))):
+        kk = pe.apply_rope(k[:, :, None].expand(-1, -1, q_len, -1, -1), -rel.double(), interleaved=interleaved)
+        scores = torch.einsum("bhid,bhijd->bhij", q, kk) / math.sqrt(6)
+        ref = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+        assert torch.allclose(out, ref, atol=1e-10)
+
+
+@given(seeds, st.integers(1, 30), st.integers(1, 12), st.integers(0, 6))
+def test_streaming_attention_equals_token_by_token_decoding(seed, n, window, sinks):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(3, 1, 2, n, 4, generator=g, dtype=torch.float64)
+    out = pe.streaming_attention(q, k, v, window, sinks)
+    for i in range(n):
+        kept = sorted(set(range(min(sinks, i + 1))) | set(range(max(0, i - window + 1), i + 1)))
+        pos = torch.arange(len(kept), dtype=torch.float64)  # positions inside the rolling cache
+        ref = pe.attention(pe.apply_rope(q[:, :, i:i + 1], pos[-1:]), pe.apply_rope(k[:, :, kept], pos),
+                           v[:, :, kept], causal=False)
+        assert torch.allclose(out[:, :, i:i + 1], ref, atol=1e-10)

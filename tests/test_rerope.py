@@ -142,3 +142,24 @@ def test_attend_needs_a_two_pass_scaling():
     scheme.bind(d_model=16, n_heads=2, n_layers=1)
     with pytest.raises(ValueError, match="two-pass"):
         scheme.attend(*qkv(4))
+
+
+def test_gradients_equal_the_reference_gradients():
+    q, k, v = (t.requires_grad_() for t in qkv(40))
+    rel = pe.self_extend_positions(40, 3, 6)
+    out = pe.self_extend_attention(q, k, v, 3, 6, mask_window=20, sinks=2)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    ref = reference(q, k, v, rel, pe.sliding_window_mask(40, window=20, sinks=2))[0]
+    ref_grads = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    for g, r in zip(grads, ref_grads):
+        assert torch.allclose(g, r, atol=1e-9)
+
+
+def test_a_model_trains_with_rerope():
+    """Fine-tuning with ReRoPE switched on (Su's suggestion) goes through autograd on the fused path."""
+    data = pe.MarkovChain(vocab_size=12, order=1, seed=0)
+    model = pe.TinyLM(12, 32, 1, 2, position="rope", train_len=16)
+    model.rope_scaling = ("rerope", 8)
+    result = pe.train(model, data, steps=30, seq_len=32, batch_size=8, lr=1e-2, cache=False, progress=False)
+    assert all(map(math.isfinite, result.losses)) and result.losses[-1] < result.losses[0]
+    assert result.config["train"]["rope_scaling"] == {"method": "rerope", "window": 8}

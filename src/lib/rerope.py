@@ -149,8 +149,8 @@ def _fused_chunk(q_near, k_near, q_far, k_far, v, q_pos, a, e, window, mask_wind
         far = torch.arange(top, device=dev)
     else:  # only sinks and keys inside the mask window can be seen at all
         head = min(sinks, top)
-        far = torch.cat((torch.arange(head, device=dev), torch.arange(max(head, first - mask_window + 1), top,
-                                                                      device=dev)))
+        start = min(max(head, first - mask_window + 1), top)
+        far = torch.cat((torch.arange(head, device=dev), torch.arange(start, top, device=dev)))
     keys = torch.cat((near, far))
     d = q_pos[a:e, None] - keys  # (chunk, 2 copies)
     is_far = torch.arange(len(keys), device=dev) >= len(near)
