@@ -15,7 +15,7 @@ def reference(q, k, v, rel, allowed, base=10000.0, interleaved=False, rotary_dim
     """
     d = q.shape[-1]
     r = d if rotary_dim is None else rotary_dim
-    n_q, n_k = q.shape[2], k.shape[2]
+    n_q = q.shape[2]
     kk = k[:, :, None].expand(-1, -1, n_q, -1, -1)  # (b, h, i, j, d)
     rot = pe.apply_rope(kk[..., :r], -rel.to(torch.float64), base, interleaved)
     kk = torch.cat((rot, kk[..., r:]), dim=-1)

@@ -175,7 +175,14 @@ def rerope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     merged by the mask, then a causal softmax. No position beyond ``w`` is ever
     seen, so a model trained at length ``L >= w`` meets no new angle at any
     length; the price is that distances beyond ``w`` are told apart by
-    content only. Query chunks of 256 bound the memory to ``O(256 n)`` per head.
+    content only.
+
+    Cost: each chunk of 256 queries goes through PyTorch's SDPA once, against
+    a near copy ``[R_j k_j, 0]`` of the keys in its window and a far copy
+    ``[0, k_j]`` of the earlier ones, with queries ``[R_i q_i, R_w q_i]`` and a
+    boolean mask picking the copy: memory ``O(256 n)`` per head, and about four
+    times the work of causal attention (twice the channels, no causal
+    skipping). The explicit softmax runs only for ``return_weights``.
 
     Args:
         q, k: ``(batch, heads, seq, head_dim)`` queries and keys **not yet
