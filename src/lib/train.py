@@ -415,12 +415,11 @@ def train(
                    window=model.window if model.window is not None and model.window < seq_len else None,
                    log_n=(model.train_len, True) if model.log_n_scaling and model.train_len < seq_len else None),
     )
-    window_active = config["train"]["window"] is not None
-    if getattr(model, "sinks", 0) and window_active:
+    if model.sinks and config["train"]["window"] is not None:
         config["train"]["sinks"] = model.sinks
         if model.sink_positions != "original":
             config["train"]["sink_positions"] = model.sink_positions
-    if getattr(model, "rope_scaling", None) is not None:
+    if model.rope_scaling is not None:
         config["train"]["rope_scaling"] = model.rope_scaling.config()
     if init is not None:
         config["init"] = init.key
