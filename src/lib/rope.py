@@ -554,3 +554,13 @@ class RotaryEmbedding(nn.Module):
             k_cos, k_sin = self._table(k_pos, k.device, k.dtype)
             q_cos, q_sin = self._table(q_pos, q.device, q.dtype)
         return _rotate(q, q_cos, q_sin, self.interleaved), _rotate(k, k_cos, k_sin, self.interleaved)
+
+
+def __getattr__(name: str):
+    # The RoPE position scheme lives in posenc.extend (with its evaluation-time scaling); posenc.rope.RoPE
+    # still finds it.
+    if name == "RoPE":
+        from .extend import RoPE
+
+        return RoPE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
