@@ -265,3 +265,12 @@ def test_partial_that_leaves_no_even_pair_raises():
     with pytest.raises(ValueError, match="even"):
         pe.TinyLM(23, 32, 1, 2, position="rope", partial=0.2)  # int(3.2) = 3 channels: odd
     assert pe.TinyLM(23, 32, 1, 2, position="rope", partial=0.3).position.rotary_dim == 4  # int(4.8)
+
+
+def test_the_scheme_is_registered_and_found_where_it_was():
+    import posenc.extend
+    import posenc.rope
+
+    assert posenc.rope.RoPE is pe.RoPE is posenc.extend.RoPE
+    assert isinstance(pe.position_scheme("rope"), pe.RoPE) and "rope" in pe.POSITION_SCHEMES
+    assert isinstance(pe.TinyLM(5, 16, 1, 2).position, pe.RoPE)
