@@ -222,6 +222,12 @@ def test_rope_scaling_needs_a_rope_model():
     lin.rope_scaling = ("linear", 2)  # a rotation: linear attention takes it
     with pytest.raises(ValueError, match="softmax"):
         lin.rope_scaling = ("rerope", 4)
+    assert lin.rope_scaling == pe.RopeScaling("linear", 2)  # a refused value changes nothing
+    m = model(train_len=None)
+    m.rope_scaling = ("ntk", 2)
+    with pytest.raises(ValueError):
+        m.rope_scaling = ("yarn", 2)
+    assert m.rope_scaling == pe.RopeScaling("ntk", 2)
 
 
 # --------------------------------------------------------------------------- partial rotation

@@ -59,7 +59,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_int
-from .extend import RopeScaling
+from .extend import RopeScaling, rope_scaling
 from .layers import ATTENTION_KINDS, Positions, attention_layer
 from .scheme import PositionScheme, position_scheme
 
@@ -305,9 +305,10 @@ class TinyLM(nn.Module):
                 return
             raise ValueError(f"rope_scaling applies to a RoPE model (position='rope'); this one has "
                              f"position={self.position.name!r}")
-        self.position.set_scaling(value, train_len=self.train_len)
-        if getattr(self.position, "attends", False):
-            self._softmax_only(f"rope scaling {self.rope_scaling.method!r}")
+        scaling = rope_scaling(value)
+        if scaling is not None and scaling.two_pass:  # checked first: a refused value changes nothing
+            self._softmax_only(f"rope scaling {scaling.method!r}")
+        self.position.set_scaling(scaling, train_len=self.train_len)
 
     @property
     def train_len(self) -> Optional[int]:
