@@ -46,6 +46,20 @@ from .rope import (
     yarn_attention_factor,
     rope_decay_bound,
     RotaryEmbedding,
+)
+from .rerope import (
+    rerope_positions,
+    self_extend_positions,
+    rerope_attention,
+    self_extend_attention,
+    streaming_attention,
+)
+from .extend import (
+    rope_frequencies_llama3,
+    rope_frequencies_dynamic_ntk,
+    ROPE_SCALING_METHODS,
+    RopeScaling,
+    rope_scaling,
     RoPE,
 )
 from .alibi import (
@@ -86,6 +100,9 @@ from .attention import (
     ATTENTION_PATHS,
     attention_entropy,
     log_length_scale,
+)
+from .sinks import (
+    sink_attention,
 )
 from .linear import (
     FEATURE_MAPS,
@@ -132,6 +149,10 @@ from .data import (
     tiny_shakespeare,
     wikitext,
 )
+from .passkey import (
+    PasskeyRetrieval,
+    passkey_accuracy,
+)
 from .train import (
     TrainResult,
     LengthResult,
@@ -175,6 +196,16 @@ __all__ = [
     "yarn_attention_factor",
     "rope_decay_bound",
     "RotaryEmbedding",
+    "rerope_positions",
+    "self_extend_positions",
+    "rerope_attention",
+    "self_extend_attention",
+    "streaming_attention",
+    "rope_frequencies_llama3",
+    "rope_frequencies_dynamic_ntk",
+    "ROPE_SCALING_METHODS",
+    "RopeScaling",
+    "rope_scaling",
     "RoPE",
     "alibi_slopes",
     "alibi_bias",
@@ -205,6 +236,7 @@ __all__ = [
     "ATTENTION_PATHS",
     "attention_entropy",
     "log_length_scale",
+    "sink_attention",
     "FEATURE_MAPS",
     "elu_plus_one",
     "relu_feature",
@@ -240,6 +272,8 @@ __all__ = [
     "python_docs",
     "tiny_shakespeare",
     "wikitext",
+    "PasskeyRetrieval",
+    "passkey_accuracy",
     "TrainResult",
     "LengthResult",
     "TrainingPreset",

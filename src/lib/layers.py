@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +51,7 @@ from .linear import (
 )
 from .masks import _check_tensors, _flag, _number
 from .rope import apply_rope
+from .sinks import sink_attention
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -182,6 +183,11 @@ class Positions:
         table: ``(heads, seq)`` bias by distance ``0 .. seq-1``, or None.
         window: causal sliding window, or None.
         q_scale: ``(seq, 1)`` factors multiplying the queries (log-n scaling), or None.
+        sinks: with a window, the first ``sinks`` keys stay visible to every query
+            (:func:`posenc.sink_attention`); 0 for none.
+        attend: replaces rotation and softmax: ``attend(q, k, v, window=, sinks=,
+            return_weights=)`` on unrotated ``q``, ``k`` (ReRoPE, Self-Extend:
+            :meth:`posenc.RoPE.attend`), or None.
     """
 
     rotate: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
@@ -189,11 +195,14 @@ class Positions:
     table: Optional[torch.Tensor] = None
     window: Optional[int] = None
     q_scale: Optional[torch.Tensor] = None
+    sinks: int = 0
+    attend: Optional[Callable[..., Any]] = None
 
     @property
     def softmax_only(self) -> bool:
         """True if anything but a rotation is set (only softmax layers can apply it)."""
-        return any(x is not None for x in (self.slopes, self.table, self.window, self.q_scale))
+        return any(x is not None for x in (self.slopes, self.table, self.window, self.q_scale, self.attend)) \
+            or self.sinks > 0
 
 
 def _rotate_pair(pos: Positions, q: torch.Tensor, k: torch.Tensor):
@@ -294,7 +303,7 @@ class SoftmaxAttention(_MultiHead):
     def _inputs(self, qkv: torch.Tensor, pos: Positions):
         if not self.causal and pos.softmax_only:
             raise ValueError("biases, windows and log-n scaling are causal here: build the layer with causal=True")
-        if pos.rotate is not None:  # rotate (and scale) q and k in one pass
+        if pos.rotate is not None and pos.attend is None:  # rotate (and scale) q and k in one pass
             q, k = pos.rotate(qkv[:2])
         else:
             q, k = qkv[0], qkv[1]
@@ -309,6 +318,11 @@ class SoftmaxAttention(_MultiHead):
         q, k, v = self._inputs(qkv, pos)
         if not self.causal:
             return _softmax_attention(q, k, v, causal=False)
+        if pos.attend is not None:  # ReRoPE, Self-Extend: q and k unrotated
+            return pos.attend(q, k, v, window=pos.window, sinks=pos.sinks)
+        if pos.sinks and pos.window is not None:
+            return sink_attention(q, k, v, window=pos.window, sinks=pos.sinks, slopes=pos.slopes,
+                                  distance_bias=pos.table)
         # a bias per distance (never stored as (heads, t, t)) and the window: the fused kernel,
         # ALiBi folded into q and k, or query chunks
         return relative_attention(q, k, v, slopes=pos.slopes, distance_bias=pos.table, window=pos.window)
@@ -317,6 +331,11 @@ class SoftmaxAttention(_MultiHead):
         q, k, v = self._inputs(qkv, pos)
         if not self.causal:
             return _softmax_attention(q, k, v, causal=False, return_weights=True)[1]
+        if pos.attend is not None:
+            return pos.attend(q, k, v, window=pos.window, sinks=pos.sinks, return_weights=True)[1]
+        if pos.sinks and pos.window is not None:
+            return sink_attention(q, k, v, window=pos.window, sinks=pos.sinks, slopes=pos.slopes,
+                                  distance_bias=pos.table, return_weights=True)[1]
         return relative_attention(q, k, v, slopes=pos.slopes, distance_bias=pos.table, window=pos.window,
                                   return_weights=True)[1]
 

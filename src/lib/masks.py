@@ -162,14 +162,20 @@ def sliding_window_mask(
     *,
     window: int,
     causal: bool = True,
+    sinks: int = 0,
     device: Optional[torch.device] = None,
 ) -> torch.Tensor:
-    """Local attention: each query sees only the ``window`` nearest keys.
+    """Local attention: each query sees only the ``window`` nearest keys (and the first ``sinks``).
 
     Causal (default): query ``i`` attends to keys ``i - window + 1 ... i`` (itself
     included), so every query sees at most ``window`` keys: the "super baseline"
     of length extrapolation when ``window`` equals the training length.
     Bidirectional (``causal=False``): keys with ``|i - j| < window``.
+
+    ``sinks``: keys ``0 .. sinks-1`` stay visible to every query (in the past
+    of it, when causal) as well: StreamingLLM's attention sinks (Xiao et al.,
+    2024), the first tokens that a model trained with full attention dumps
+    attention on.
 
     Returns:
         ``(q_len, k_len)`` bool tensor, True = may attend.
@@ -181,7 +187,10 @@ def sliding_window_mask(
             [0, 0, 1, 1]], dtype=torch.int32)
     """
     _int("window", window)
+    sinks = _int("sinks", sinks, low=0)
     causal = _flag("causal", causal)
     rel = relative_positions(q_len, k_len, device=device)
     near = rel.abs() < window
+    if sinks:
+        near = near | (torch.arange(rel.shape[1], device=rel.device) < sinks)
     return near & (rel <= 0) if causal else near

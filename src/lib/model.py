@@ -26,6 +26,22 @@ Two evaluation-time switches change softmax attention without retraining:
   is the number of keys it sees (``i + 1``, or at most ``window``): log-n
   scaling (Su, 2021; Chiang & Cholak, 2022).
 
+Evaluation-time position tricks for long contexts (Chapter "Stretching a trained model"):
+
+* ``model.sinks = k`` keeps the first ``k`` tokens visible to every query in
+  addition to the window (StreamingLLM's attention sinks, Xiao et al., 2024;
+  :func:`posenc.sink_attention`; tokens keep their original positions, or,
+  in a RoPE model with ``model.sink_positions = "cache"``, positions within
+  StreamingLLM's rolling cache, :func:`posenc.streaming_attention`);
+* ``model.rope_scaling = ("yarn", 4)`` (a RoPE model): a context-extension
+  rule of :mod:`posenc.extend` ("linear", "ntk", "dynamic", "yarn",
+  "llama3", or ReRoPE / Self-Extend: ``("rerope", w)``, ``("self_extend", G, w)``),
+  ``None`` for plain RoPE. Rules that need the training length read
+  ``train_len`` when they are set.
+
+None of these enters :attr:`TinyLM.config`: a trained model keeps its cache
+key whatever they are.
+
 Softmax attention goes through :func:`posenc.relative_attention`: PyTorch's
 ``scaled_dot_product_attention`` with the position bias given per distance,
 so that no ``(heads, n, n)`` bias is stored and ALiBi runs on the fused
@@ -34,6 +50,7 @@ causal kernel.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -42,6 +59,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_int
+from .extend import RopeScaling, rope_scaling
 from .layers import ATTENTION_KINDS, Positions, attention_layer
 from .scheme import PositionScheme, position_scheme
 
@@ -113,7 +131,9 @@ class TinyLM(nn.Module):
         feature: feature map of ``"linear"`` and ``"norm"`` layers.
         **position_options: options of a scheme given by name, e.g.
             ``max_len`` (``"learned"``: rows of the table), ``base``
-            (``"rope"``, ``"xpos"``), ``scale_base`` (``"xpos"``), ``dim``
+            (``"rope"``, ``"xpos"``), ``partial`` (``"rope"``: the rotated
+            fraction of each head) and ``original_max_position`` (``"rope"``:
+            the training length for scaling rules), ``scale_base`` (``"xpos"``), ``dim``
             (``"sandwich"``), ``num_buckets``, ``max_distance`` (``"t5"``).
 
     Embeddings are initialised ``N(0, 1)`` (tokens and learned positions, the
@@ -198,6 +218,7 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 
         self.window = window  # validated by the property setter
+        self._sinks, self._sink_positions = 0, "original"
         self.train_len = train_len
         self.log_n_scaling = log_n_scaling
         scheme.snapshot()
@@ -212,8 +233,8 @@ class TinyLM(nn.Module):
         """The architecture (everything that shapes the weights and the training).
 
         ``position`` is the scheme's :meth:`~posenc.PositionScheme.config`.
-        ``window``, ``log_n_scaling`` and ``train_len`` are evaluation-time
-        settings and are not part of it.
+        ``window``, ``sinks``, ``rope_scaling``, ``log_n_scaling`` and
+        ``train_len`` are evaluation-time settings and are not part of it.
         """
         return dict(self._config, position=self.position.config())
 
@@ -237,6 +258,57 @@ class TinyLM(nn.Module):
             check_int("window", value)
             self._softmax_only("a window")
         self._window = value
+
+    @property
+    def sinks(self) -> int:
+        """First tokens kept visible to every query next to the :attr:`window` (attention sinks); 0: none."""
+        return self._sinks
+
+    @sinks.setter
+    def sinks(self, value: int) -> None:
+        check_int("sinks (the number of first tokens kept)", value, low=0)
+        if value:
+            self._softmax_only("attention sinks")
+        self._sinks = value
+
+    @property
+    def sink_positions(self) -> str:
+        """Positions of the sinks: ``"original"`` (the true ones) or ``"cache"`` (StreamingLLM's rolling cache, RoPE)."""
+        return self._sink_positions
+
+    @sink_positions.setter
+    def sink_positions(self, value: str) -> None:
+        if value not in ("original", "cache"):
+            raise ValueError(f"sink_positions must be 'original' or 'cache', got {value!r}")
+        if value == "cache" and not callable(getattr(self.position, "attend", None)):
+            raise ValueError("sink_positions='cache' re-indexes rotary positions: it needs a RoPE model "
+                             f"(position='rope'), this one has position={self.position.name!r}")
+        self._sink_positions = value
+
+    @property
+    def rope_scaling(self) -> Optional[RopeScaling]:
+        """The RoPE scheme's evaluation-time scaling (:class:`posenc.RopeScaling`), or ``None``.
+
+        Set it to anything :func:`posenc.rope_scaling` accepts: ``("linear", 4)``,
+        ``("ntk", 4)``, ``("dynamic",)``, ``("yarn", 4)``, ``("llama3", 8)``,
+        ``("rerope", w)``, ``("self_extend", G, w)``, a :class:`posenc.RopeScaling`,
+        or ``None``. Rules that need the training length (dynamic, YaRN, Llama 3)
+        take it from the scaling, the scheme's ``original_max_position`` or
+        :attr:`train_len` (``ValueError`` if none is known).
+        """
+        return getattr(self.position, "scaling", None)
+
+    @rope_scaling.setter
+    def rope_scaling(self, value: Any) -> None:
+        if not callable(getattr(self.position, "set_scaling", None)):
+            if value is None:
+                return
+            raise ValueError(f"rope_scaling applies to a RoPE model (position='rope'); this one has "
+                             f"position={self.position.name!r}")
+        scaling = rope_scaling(value)
+        if scaling is not None and scaling.two_pass:  # checked first: a refused value changes nothing
+            self._softmax_only(f"rope scaling {scaling.method!r}")
+        self.position.set_scaling(scaling, train_len=self.train_len)
 
     @property
     def train_len(self) -> Optional[int]:
@@ -266,6 +338,9 @@ class TinyLM(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"window={self.window}, log_n_scaling={self.log_n_scaling}, train_len={self.train_len}"
+                + (f", sinks={self.sinks}" if self.sinks else "")
+                + (f", sink_positions={self.sink_positions!r}" if self.sink_positions != "original" else "")
+                + (f", rope_scaling={self.rope_scaling.config()}" if self.rope_scaling is not None else "")
                 + (f", attention={self.attention_kinds}" if "attention" in self._config else ""))
 
     # ------------------------------------------------------------ initialisation
@@ -335,8 +410,12 @@ class TinyLM(nn.Module):
                                  f"shape {shapes[0]} (every layer) or {shapes[1]} (one per layer), got "
                                  f"{getattr(table, 'shape', type(table).__name__)}")
         window = self.window if self.window is not None and self.window < t else None
+        sinks = self.sinks if window is not None else 0
+        attend = scheme.attend if getattr(scheme, "attends", False) else None
+        if sinks and self.sink_positions == "cache":
+            attend = functools.partial(scheme.attend, cache_positions=True)
         common = dict(rotate=scheme.rotate if scheme.rotates else None, slopes=slopes, window=window,
-                      q_scale=self._log_n_scale(t, device))
+                      q_scale=self._log_n_scale(t, device), sinks=sinks, attend=attend)
         if table is not None and table.ndim == 3:  # a table per layer
             return [Positions(table=table[i], **common) for i in range(self.n_layers)]
         return [Positions(table=table, **common)] * self.n_layers

@@ -41,7 +41,6 @@ from torch import nn
 from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
 from ._validate import check_even_dim, check_int
-from .scheme import PositionScheme, register_scheme
 from .sinusoidal import _align_positions, _float_tensor, _number, _real_tensor, _tensor
 
 __all__ = [
@@ -58,7 +57,6 @@ __all__ = [
     "yarn_attention_factor",
     "rope_decay_bound",
     "RotaryEmbedding",
-    "RoPE",
 ]
 
 
@@ -272,6 +270,8 @@ def _channels(x: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------
 # Context extension: new frequencies for a model trained at a shorter length
+# (Llama 3.1 and dynamic NTK rules, scaling objects and the RoPE scheme that
+# applies them at evaluation time: posenc.extend)
 # ---------------------------------------------------------------------------
 
 
@@ -355,7 +355,9 @@ def rope_frequencies_yarn(
     ``beta_fast`` / ``beta_slow`` rotations within ``L`` (rounded down / up
     when ``truncate``), clamped as in the authors' reference code.
 
-    Also apply :func:`yarn_attention_factor` to the logits.
+    Also multiply cos and sin (or ``q`` and ``k``) by :func:`yarn_attention_factor`,
+    so that the logits get its square (``RotaryEmbedding(..., attention_factor=...)``;
+    :class:`posenc.RopeScaling` does both).
 
     Args:
         dim: head dimension (even).
@@ -554,29 +556,11 @@ class RotaryEmbedding(nn.Module):
         return _rotate(q, q_cos, q_sin, self.interleaved), _rotate(k, k_cos, k_sin, self.interleaved)
 
 
-@register_scheme("rope")
-class RoPE(PositionScheme):
-    """RoPE as a position scheme (Su et al., 2021): rotates queries and keys in every layer.
+def __getattr__(name: str):
+    # The RoPE position scheme lives in posenc.extend (with its evaluation-time scaling); posenc.rope.RoPE
+    # still finds it.
+    if name == "RoPE":
+        from .extend import RoPE
 
-    Args:
-        base: the base of the frequencies ``base^(-2i/d)``.
-        interleaved: pair channels ``(2i, 2i+1)`` instead of ``(i, i + d/2)``.
-
-    Shapes: ``rotate(qk)``: ``(2, batch, heads, seq, head_dim)``, ``head_dim`` even.
-    """
-
-    name = "rope"
-
-    def __init__(self, base: float = 10000.0, *, interleaved: bool = False) -> None:
-        super().__init__()
-        self.base, self.interleaved = _check_base(base), bool(interleaved)
-        self._rotary: Optional[RotaryEmbedding] = None
-
-    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
-        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
-        self._require_even_head_dim()
-        self._rotary = RotaryEmbedding(self.head_dim, self.base, interleaved=self.interleaved)
-
-    def rotate(self, qk: torch.Tensor) -> torch.Tensor:
-        self._require_bound(self._rotary)
-        return self._rotary.rotate_stacked(qk)
+        return RoPE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -327,6 +327,7 @@ def train(
     weight_decay: float = 0.1,
     grad_clip: Optional[float] = 1.0,
     cpu_threads: Optional[int] = 1,
+    init: Optional[TrainResult] = None,
 ) -> TrainResult:
     """Train ``model`` on ``data`` for a fixed number of steps (or load the cached result).
 
@@ -359,6 +360,14 @@ def train(
             weights are then the same whatever the machine's thread count
             (floating-point sums depend on how the work is split).
 
+        init: fine-tune: start from the weights of an earlier run (a
+            :class:`TrainResult` of a model with the same architecture)
+            instead of a fresh initialisation. The run's key is computed from
+            the earlier run's key and this configuration, so a fine-tuned run
+            is cached apart from its starting point and from a run from
+            scratch, and loads on re-run. Evaluation-time settings active
+            while training (window, sinks, ``rope_scaling``) enter the key.
+
     Returns:
         a :class:`TrainResult`; ``result.model is model``.
     """
@@ -383,6 +392,15 @@ def train(
         _positive("cpu_threads", cpu_threads)
     if model.max_len is not None and seq_len > model.max_len:
         raise ValueError(f"seq_len {seq_len} exceeds the learned table of the model (max_len={model.max_len})")
+    init_state = None
+    if init is not None:
+        if not isinstance(init, TrainResult):
+            raise ValueError(f"init must be the TrainResult of an earlier pe.train run, got {type(init).__name__}")
+        if json.loads(json.dumps(init.config["model"], default=str)) != json.loads(
+                json.dumps(model.config, default=str)):
+            raise ValueError("init= must come from a model of the same architecture: the earlier run has "
+                             f"{init.config['model']}, this model {model.config}")
+        init_state = {k: v.detach().clone() for k, v in init.model.state_dict().items()}
     if model.train_len is None:
         model.train_len = seq_len
     device = pick_device() if device is None else torch.device(device)
@@ -397,6 +415,14 @@ def train(
                    window=model.window if model.window is not None and model.window < seq_len else None,
                    log_n=(model.train_len, True) if model.log_n_scaling and model.train_len < seq_len else None),
     )
+    if model.sinks and config["train"]["window"] is not None:
+        config["train"]["sinks"] = model.sinks
+        if model.sink_positions != "original":
+            config["train"]["sink_positions"] = model.sink_positions
+    if model.rope_scaling is not None:
+        config["train"]["rope_scaling"] = model.rope_scaling.config()
+    if init is not None:
+        config["init"] = init.key
     key = run_key(config)
     path: Optional[Path] = None
     if cache:
@@ -415,7 +441,10 @@ def train(
             return TrainResult(model, saved["losses"], saved["grad_norms"], True, 0, saved["seconds"], key, config)
 
     seed_everything(seed)
-    model.reset_parameters(generator=torch.Generator().manual_seed(seed))
+    if init_state is None:
+        model.reset_parameters(generator=torch.Generator().manual_seed(seed))
+    else:
+        model.load_state_dict(init_state)
     model.to(device)
     model.train()
     batches = torch.Generator().manual_seed(seed + 1)

@@ -1,0 +1,480 @@
+"""Stretching a trained RoPE model: scaling rules, ReRoPE, Self-Extend, and the RoPE scheme.
+
+A RoPE model trained at length ``L`` meets, beyond ``L``, angles ``m theta_i``
+that its slow channel pairs never turned through. The rules below change
+the frequencies (or the positions) at evaluation time so that a longer
+context looks more like the trained one:
+
+=================  =====================================================  ==================================
+method             what changes                                           paper
+=================  =====================================================  ==================================
+``"linear"``       every ``theta_i / s`` (position interpolation, PI)     Chen et al., 2023
+``"ntk"``          base ``* s^(d/(d-2))`` (NTK-aware)                      bloc97, 2023
+``"dynamic"``      NTK base recomputed from the current length ``n``;     Hugging Face (emozilla, 2023)
+                   plain RoPE for ``n <= L``
+``"yarn"``         per pair: extrapolate fast pairs, interpolate slow     Peng et al., 2024
+                   ones, ramp between; temperature ``0.1 ln s + 1``
+                   multiplies cos and sin (the logits by its square)
+``"llama3"``       like YaRN's ramp, on wavelengths (Llama 3.1)           Meta, 2024
+``"rerope"``       relative positions clipped at ``w``: ``min(i-j, w)``    Su, 2023
+``"self_extend"``  positions beyond a neighbour window ``w`` grouped      Jin et al., 2024
+                   by ``floor(. / G)``
+=================  =====================================================  ==================================
+
+The frequency rules are pure functions next to :func:`posenc.rope_frequencies_interpolated`,
+:func:`posenc.rope_frequencies_ntk` and :func:`posenc.rope_frequencies_yarn`
+(YaRN's temperature: :func:`posenc.yarn_attention_factor`). A
+:class:`RopeScaling` object names a rule and its parameters; the :class:`RoPE`
+scheme (``TinyLM(position="rope")``) applies one at evaluation time:
+``model.rope_scaling = ("yarn", 4)``, ``None`` restores plain RoPE.
+
+ReRoPE and Self-Extend do not change frequencies: the relative position
+``i - j`` that a logit sees is replaced by a function of it (ReRoPE) or of
+both positions (Self-Extend) outside a window ``w`` where it stays exact.
+Neither is a rotation of ``q`` and ``k`` alone, so they are computed in two
+passes (Su's published form): in-window logits with ordinary RoPE, the
+others with queries and keys rotated at the substitute positions, merged by
+the mask before the softmax (:func:`rerope_attention`, :func:`self_extend_attention`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+from ._validate import check_int
+from .rerope import rerope_attention, self_extend_attention, streaming_attention
+from .rope import (
+    RotaryEmbedding,
+    _check_base,
+    _check_rope_dim,
+    _check_scale,
+    rope_frequencies,
+    rope_frequencies_interpolated,
+    rope_frequencies_ntk,
+    rope_frequencies_yarn,
+    yarn_attention_factor,
+)
+from .scheme import PositionScheme, register_scheme
+from .sinusoidal import _number
+
+__all__ = [
+    "rope_frequencies_llama3",
+    "rope_frequencies_dynamic_ntk",
+    "ROPE_SCALING_METHODS",
+    "RopeScaling",
+    "rope_scaling",
+    "RoPE",
+]
+
+
+# ---------------------------------------------------------------------------
+# Frequency rules
+# ---------------------------------------------------------------------------
+
+
+def rope_frequencies_llama3(
+    dim: int,
+    base: float = 500000.0,
+    factor: float = 8.0,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    original_max_position: int = 8192,
+) -> torch.Tensor:
+    """Llama 3.1's frequency rule (Meta, 2024; ``apply_scaling`` in Meta's reference code).
+
+    Per pair, with wavelength ``lambda_i = 2 pi / theta_i`` and ``L = original_max_position``:
+
+    * ``lambda_i < L / high_freq_factor`` (fast pairs, many turns within ``L``): unchanged;
+    * ``lambda_i > L / low_freq_factor`` (slow pairs): ``theta_i / factor`` (interpolated, as PI);
+    * in between, with ``smooth = (L / lambda_i - low) / (high - low)``:
+      ``theta'_i = (1 - smooth) theta_i / factor + smooth theta_i``.
+
+    The same idea as YaRN's ramp, written on wavelengths instead of pair
+    indices, and without a temperature.
+
+    Args:
+        dim: rotated head dimension (even).
+        base: RoPE base of the trained model (500000 for Llama 3).
+        factor: ``s >= 1``, the extension factor (8 for Llama 3.1).
+        low_freq_factor, high_freq_factor: ``0 < low < high`` (1 and 4).
+        original_max_position: the trained context ``L`` (8192).
+
+    Returns:
+        ``(dim // 2,)`` float64 ``inv_freq``, usable as ``apply_rope(x, inv_freq=...)``.
+
+    >>> f = rope_frequencies_llama3(128)
+    >>> bool(f[0] == rope_frequencies(128, 500000.0)[0]), bool(f[-1] == rope_frequencies(128, 500000.0)[-1] / 8)
+    (True, True)
+    """
+    theta = rope_frequencies(dim, base)
+    s = _check_scale(factor)
+    low = _number(low_freq_factor, "low_freq_factor", 0)
+    high = _number(high_freq_factor, "high_freq_factor", 0)
+    if not low < high:
+        raise ValueError(f"need 0 < low_freq_factor < high_freq_factor, got {low_freq_factor!r} and "
+                         f"{high_freq_factor!r}")
+    length = check_int("original_max_position", original_max_position)
+    wavelength = 2 * math.pi / theta
+    out = torch.where(wavelength > length / low, theta / s, theta)
+    smooth = (length / wavelength - low) / (high - low)
+    middle = (wavelength >= length / high) & (wavelength <= length / low)
+    return torch.where(middle, (1 - smooth) * theta / s + smooth * theta, out)
+
+
+def rope_frequencies_dynamic_ntk(
+    dim: int, seq_len: int, original_max_position: int, base: float = 10000.0, factor: float = 1.0
+) -> torch.Tensor:
+    """Dynamic NTK scaling as Hugging Face computes it: a base that grows with the current length.
+
+    For ``n = seq_len > L = original_max_position``::
+
+        base' = base * (a n / L - (a - 1)) ** (d / (d - 2)),   a = factor,
+
+    i.e. :func:`posenc.rope_frequencies_ntk` with the scale ``a n / L - (a - 1)``
+    (``n / L`` for ``a = 1``); for ``n <= L`` plain RoPE, exactly. The model is
+    untouched up to its training length and degrades gracefully beyond it.
+
+    Args:
+        dim: rotated head dimension (even, >= 4).
+        seq_len: the current length ``n >= 1`` (the largest position + 1).
+        original_max_position: the trained context ``L``.
+        base: RoPE base of the trained model.
+        factor: ``a >= 1``.
+
+    Returns:
+        ``(dim // 2,)`` float64 ``inv_freq``.
+
+    >>> bool((rope_frequencies_dynamic_ntk(8, 100, 128) == rope_frequencies(8)).all())
+    True
+    """
+    _check_rope_dim(dim)
+    if dim < 4:
+        raise ValueError(f"dynamic NTK scaling needs head_dim >= 4 (at least two pairs), got {dim}")
+    n = check_int("seq_len", seq_len)
+    length = check_int("original_max_position", original_max_position)
+    a = _check_scale(factor)
+    base = _check_base(base)
+    if n <= length:
+        return rope_frequencies(dim, base)
+    return rope_frequencies(dim, base * (a * n / length - (a - 1)) ** (dim / (dim - 2)))
+
+
+# ---------------------------------------------------------------------------
+# Scaling objects
+# ---------------------------------------------------------------------------
+
+#: The methods of :class:`RopeScaling` (``model.rope_scaling = (method, ...)``).
+ROPE_SCALING_METHODS = ("linear", "ntk", "dynamic", "yarn", "llama3", "rerope", "self_extend")
+
+_NEEDS_ORIGINAL = ("dynamic", "yarn", "llama3")
+_TWO_PASS = ("rerope", "self_extend")
+_HF_NAMES = {"original_max_position_embeddings": "original_max_position", "rope_type": "method",
+             "type": "method", "group_size": "group"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+    """A context-extension rule for a trained RoPE model, applied at evaluation time.
+
+    Attributes:
+        method: one of :data:`ROPE_SCALING_METHODS`.
+        factor: ``s >= 1``: the extension factor (``"linear"``, ``"ntk"``,
+            ``"yarn"``, ``"llama3"``) or ``a`` of ``"dynamic"`` (default 1).
+        original_max_position: the trained length ``L`` (``"dynamic"``,
+            ``"yarn"``, ``"llama3"``); ``None``: the model's ``train_len``.
+        window: ``"rerope"``, ``"self_extend"``: the window ``w`` of exact relative positions.
+        group: ``"self_extend"``: the group size ``G``.
+        beta_fast, beta_slow: ``"yarn"``'s ramp (32 and 1).
+        low_freq_factor, high_freq_factor: ``"llama3"``'s bounds (1 and 4).
+        attention_factor: ``"yarn"``'s multiplier of cos and sin (the logits
+            get its square); ``None``: :func:`posenc.yarn_attention_factor` ``(s)``.
+
+    Raises ``ValueError`` for an unknown method or a parameter out of range.
+
+    >>> round(RopeScaling("yarn", 4.0).attention_scale(), 4)   # 0.1 ln 4 + 1, on cos and sin
+    1.1386
+    """
+
+    method: str
+    factor: float = 1.0
+    original_max_position: Optional[int] = None
+    window: Optional[int] = None
+    group: Optional[int] = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    attention_factor: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.method not in ROPE_SCALING_METHODS:
+            raise ValueError(f"rope scaling method must be one of {ROPE_SCALING_METHODS}, got {self.method!r}")
+        object.__setattr__(self, "factor", _check_scale(self.factor))
+        if self.original_max_position is not None:
+            check_int("original_max_position", self.original_max_position, low=2)
+        if self.method in _TWO_PASS:
+            if self.window is None:
+                raise ValueError(f"{self.method!r} needs a window w >= 1 of exact relative positions, e.g. "
+                                 f"{('rerope', 64) if self.method == 'rerope' else ('self_extend', 4, 64)}")
+            check_int("window", self.window)
+        if self.method == "self_extend":
+            check_int("group", self.group)
+        if self.method == "yarn":
+            rope_frequencies_yarn(4, 10000.0, self.factor, 2, self.beta_fast, self.beta_slow)  # checks the betas
+            if self.attention_factor is not None:
+                object.__setattr__(self, "attention_factor", _number(self.attention_factor, "attention_factor", 0))
+        if self.method == "llama3":
+            rope_frequencies_llama3(4, 10000.0, self.factor, self.low_freq_factor, self.high_freq_factor, 2)
+
+    @property
+    def needs_original(self) -> bool:
+        """True if the rule reads the trained length ``L``."""
+        return self.method in _NEEDS_ORIGINAL
+
+    @property
+    def two_pass(self) -> bool:
+        """True for ReRoPE and Self-Extend: logits from two rotations merged by a mask."""
+        return self.method in _TWO_PASS
+
+    @property
+    def depends_on_length(self) -> bool:
+        """True if the frequencies change with the current length (``"dynamic"``)."""
+        return self.method == "dynamic"
+
+    def with_original(self, original_max_position: int) -> "RopeScaling":
+        """A copy with ``original_max_position`` set."""
+        return dataclasses.replace(self, original_max_position=original_max_position)
+
+    def _original(self) -> int:
+        if self.original_max_position is None:
+            raise ValueError(f"rope scaling {self.method!r} needs the training length: give "
+                             "original_max_position, or set model.train_len")
+        return self.original_max_position
+
+    def inv_freq(self, dim: int, base: float = 10000.0, seq_len: Optional[int] = None) -> torch.Tensor:
+        """The ``(dim // 2,)`` float64 frequencies of this rule for ``dim`` rotated channels.
+
+        ``seq_len``: the current length (``"dynamic"`` only; needed there).
+        ReRoPE and Self-Extend keep the plain frequencies.
+        """
+        m = self.method
+        if m == "linear":
+            return rope_frequencies_interpolated(dim, base, self.factor)
+        if m == "ntk":
+            return rope_frequencies_ntk(dim, base, self.factor)
+        if m == "dynamic":
+            if seq_len is None:
+                raise ValueError("dynamic NTK scaling needs seq_len, the current length")
+            return rope_frequencies_dynamic_ntk(dim, seq_len, self._original(), base, self.factor)
+        if m == "yarn":
+            return rope_frequencies_yarn(dim, base, self.factor, self._original(), self.beta_fast, self.beta_slow)
+        if m == "llama3":
+            return rope_frequencies_llama3(dim, base, self.factor, self.low_freq_factor, self.high_freq_factor,
+                                           self._original())
+        return rope_frequencies(dim, base)
+
+    def attention_scale(self) -> float:
+        """The factor multiplying cos and sin (so the logits by its square): YaRN's temperature, else 1."""
+        if self.method != "yarn":
+            return 1.0
+        return yarn_attention_factor(self.factor) if self.attention_factor is None else self.attention_factor
+
+    def config(self) -> Dict[str, Any]:
+        """The fields that differ from the defaults (for a training cache key)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name == "method" or getattr(self, f.name) != f.default}
+
+
+def rope_scaling(spec: Any) -> Optional[RopeScaling]:
+    """A :class:`RopeScaling` from a short description, or ``None``.
+
+    Accepted: ``None``; a :class:`RopeScaling`; a method name (``"dynamic"``);
+    a tuple ``(method, factor)`` (``("yarn", 4)``, ``("linear", 2)``),
+    ``("rerope", w)`` or ``("self_extend", G, w)``; a dict of fields, also in
+    Hugging Face's spelling (``{"rope_type": "yarn", "factor": 4.0,
+    "original_max_position_embeddings": 64}``).
+
+    >>> rope_scaling(("self_extend", 4, 32))
+    RopeScaling(method='self_extend', factor=1.0, original_max_position=None, window=32, group=4, \
+beta_fast=32.0, beta_slow=1.0, low_freq_factor=1.0, high_freq_factor=4.0, attention_factor=None)
+    """
+    if spec is None or isinstance(spec, RopeScaling):
+        return spec
+    if isinstance(spec, str):
+        return RopeScaling(spec)
+    if isinstance(spec, dict):
+        fields = {_HF_NAMES.get(k, k): v for k, v in spec.items()}
+        known = {f.name for f in dataclasses.fields(RopeScaling)}
+        if "method" not in fields or set(fields) - known:
+            raise ValueError(f"a rope scaling dict needs 'method' (or 'rope_type') and fields among {sorted(known)}, "
+                             f"got {sorted(spec)}")
+        return RopeScaling(**fields)
+    if isinstance(spec, (tuple, list)) and spec and isinstance(spec[0], str):
+        method, args = spec[0], tuple(spec[1:])
+        names: Tuple[str, ...] = ("window",) if method == "rerope" else (
+            ("group", "window") if method == "self_extend" else ("factor",))
+        if len(args) > len(names):
+            raise ValueError(f"rope scaling {method!r} takes {(method, *names)}, got {tuple(spec)!r}")
+        return RopeScaling(method, **dict(zip(names, args)))
+    raise ValueError("rope scaling must be None, a posenc.RopeScaling, a method name, a tuple like ('yarn', 4), "
+                     f"('rerope', w) or ('self_extend', G, w), or a dict; got {spec!r}")
+
+
+# ---------------------------------------------------------------------------
+# The RoPE position scheme
+# ---------------------------------------------------------------------------
+
+
+@register_scheme("rope")
+class RoPE(PositionScheme):
+    """RoPE as a position scheme (Su et al., 2021): rotates queries and keys in every layer.
+
+    Args:
+        base: the base of the frequencies ``base^(-2i/d)``.
+        interleaved: pair channels ``(2i, 2i+1)`` instead of ``(i, i + d/2)``.
+        partial: the fraction of each head's channels that is rotated, in
+            ``(0, 1]`` (GPT-NeoX's ``rotary_pct``): the first
+            ``int(partial * head_dim)`` channels (an even number >= 2) carry
+            position, the rest none. Part of the architecture (the cache key).
+        original_max_position: the training length used by scaling rules that
+            need it; ``None``: the model's ``train_len``. Not part of the cache key.
+
+    Evaluation-time scaling: :attr:`scaling` (``model.rope_scaling``), a
+    :class:`RopeScaling` or ``None``. Frequency rules replace the rotation's
+    frequencies (and, for YaRN, multiply cos and sin by its temperature); ReRoPE
+    and Self-Extend replace the attention itself (:meth:`attend`).
+
+    Shapes: ``rotate(qk)``: ``(2, batch, heads, seq, head_dim)``, ``head_dim`` even.
+    """
+
+    name = "rope"
+
+    def __init__(self, base: float = 10000.0, *, interleaved: bool = False, partial: float = 1.0,
+                 original_max_position: Optional[int] = None) -> None:
+        super().__init__()
+        self.base, self.interleaved = _check_base(base), bool(interleaved)
+        partial = _number(partial, "partial (the rotated fraction of each head)", 0, what=" and <= 1")
+        if partial > 1:
+            raise ValueError(f"partial (the rotated fraction of each head) must be in (0, 1], got {partial!r}")
+        if original_max_position is not None:
+            check_int("original_max_position", original_max_position, low=2)
+        self._partial, self._original = partial, original_max_position
+        self._rotary: Optional[RotaryEmbedding] = None
+        self._scaling: Optional[RopeScaling] = None
+        self._scaled: Dict[Any, RotaryEmbedding] = {}
+        self.rotary_dim: Optional[int] = None
+
+    @property
+    def partial(self) -> float:
+        """The rotated fraction of each head's channels."""
+        return self._partial
+
+    @property
+    def original_max_position(self) -> Optional[int]:
+        """The training length given at construction (``None``: the model's ``train_len``)."""
+        return self._original
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        self._require_even_head_dim()
+        rotary_dim = int(self.head_dim * self._partial)
+        if rotary_dim < 2 or rotary_dim % 2:
+            raise ValueError(f"partial={self._partial:g} rotates int({self._partial:g} * head_dim {self.head_dim}) = "
+                             f"{rotary_dim} channels; it must be an even number >= 2")
+        self.rotary_dim = rotary_dim
+        self._rotary = RotaryEmbedding(rotary_dim, self.base, interleaved=self.interleaved)
+
+    def config(self) -> Dict[str, Any]:
+        out = super().config()
+        out.pop("rotary_dim", None)  # follows from partial and the model's sizes
+        if self._partial != 1:
+            out["partial"] = self._partial
+        return out
+
+    @property
+    def scaling(self) -> Optional[RopeScaling]:
+        """The evaluation-time scaling (a :class:`RopeScaling`), or ``None`` for plain RoPE."""
+        return self._scaling
+
+    @scaling.setter
+    def scaling(self, value: Any) -> None:
+        self.set_scaling(value)
+
+    def set_scaling(self, value: Any, *, train_len: Optional[int] = None) -> None:
+        """Set :attr:`scaling` from anything :func:`rope_scaling` accepts.
+
+        A rule that needs the training length takes it from the value itself,
+        else from ``original_max_position``, else from ``train_len``; none of
+        them: ``ValueError``.
+        """
+        scaling = rope_scaling(value)
+        if scaling is not None and scaling.needs_original and scaling.original_max_position is None:
+            original = self._original if self._original is not None else train_len
+            if original is None:
+                raise ValueError(f"rope scaling {scaling.method!r} needs the training length: set model.train_len "
+                                 "(pe.train does), pass original_max_position to the scheme, or put it in the "
+                                 "scaling")
+            scaling = scaling.with_original(original)
+        self._scaling, self._scaled = scaling, {}
+
+    @property
+    def attends(self) -> bool:
+        """True when the scaling replaces the attention itself (ReRoPE, Self-Extend): see :meth:`attend`."""
+        return self._scaling is not None and self._scaling.two_pass
+
+    def _rotary_at(self, seq_len: int) -> RotaryEmbedding:
+        s = self._scaling
+        if s is None or s.two_pass or (s.depends_on_length and seq_len <= s._original()):
+            return self._rotary
+        key = seq_len if s.depends_on_length else None
+        if key not in self._scaled:
+            if len(self._scaled) >= 8:
+                self._scaled.clear()
+            self._scaled[key] = RotaryEmbedding(self.rotary_dim, self.base, interleaved=self.interleaved,
+                                                inv_freq=s.inv_freq(self.rotary_dim, self.base, seq_len),
+                                                attention_factor=s.attention_scale())
+        return self._scaled[key]
+
+    def rotate(self, qk: torch.Tensor) -> torch.Tensor:
+        self._require_bound(self._rotary)
+        rotary = self._rotary_at(qk.shape[-2])
+        if self.rotary_dim == qk.shape[-1]:
+            return rotary.rotate_stacked(qk)
+        rest = qk[..., self.rotary_dim:]
+        if rotary.attention_factor != 1:  # YaRN's temperature: every channel, so the logits get its square
+            rest = rest * rotary.attention_factor
+        return torch.cat((rotary.rotate_stacked(qk[..., :self.rotary_dim]), rest), dim=-1)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: Optional[int] = None,
+               sinks: int = 0, return_weights: bool = False, cache_positions: bool = False):
+        """ReRoPE or Self-Extend attention of unrotated ``q``, ``k`` (``(batch, heads, seq, head_dim)``).
+
+        ``window`` / ``sinks``: the model's sliding window and attention sinks, applied as a mask.
+        ``cache_positions``: instead, StreamingLLM's sinks with positions in the rolling
+        cache (:func:`posenc.streaming_attention`), with this scheme's frequencies (and
+        scaling rule, if a frequency rule is set).
+        """
+        self._require_bound(self._rotary)
+        s = self._scaling
+        if cache_positions:
+            if s is not None and s.two_pass:
+                raise ValueError(f"sinks at cache positions re-index positions themselves; they do not combine "
+                                 f"with rope scaling {s.method!r}")
+            if window is None:
+                raise ValueError("sinks at cache positions need a window")
+            rotary = self._rotary_at(q.shape[-2])
+            t = rotary.attention_factor
+            return streaming_attention(q * t, k * t, v, window, sinks, base=self.base, interleaved=self.interleaved,
+                                       inv_freq=rotary.inv_freq, rotary_dim=self.rotary_dim,
+                                       return_weights=return_weights)
+        if s is None or not s.two_pass:
+            raise ValueError("attend() serves the two-pass scalings ('rerope', 'self_extend'); use rotate()")
+        kw = dict(base=self.base, interleaved=self.interleaved, rotary_dim=self.rotary_dim, mask_window=window,
+                  sinks=sinks, return_weights=return_weights)
+        if s.method == "rerope":
+            return rerope_attention(q, k, v, s.window, **kw)
+        return self_extend_attention(q, k, v, s.group, s.window, **kw)

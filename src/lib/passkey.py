@@ -1,0 +1,181 @@
+"""Passkey retrieval: a key hidden at some depth in filler, asked for at the end.
+
+The standard sanity check of long-context models (Mohtashami & Jaggi, 2023,
+"Landmark Attention"; used by Peng et al., 2024, for YaRN): a random number is
+hidden among irrelevant text and the model must repeat it when asked. Accuracy
+by (context length x depth of the key) is drawn as a heat map: a model that
+cannot reach, or tell apart, positions beyond its training length fails in the
+top rows, often first for keys far from the question.
+
+Here, in tokens a tiny model can learn from scratch::
+
+    f f f ... f  KEY d1 d2 .. dk  f f ... f  QUERY d1 d2 .. dk
+    <- depth ->                              <- answer (targets) ->
+
+Token ids: ``0 .. n_filler-1`` filler (i.i.d. uniform), then ``n_digits``
+digit tokens, then ``KEY`` and ``QUERY``; the key is ``key_len`` uniformly
+random digits. Only the answer counts in the loss: the target at ``QUERY``
+is ``d1``, at ``d1`` it is ``d2``, and so on. A model answers correctly when
+its argmax is right at every answer position (exact match; with teacher
+forcing this equals greedy decoding). The task needs a content look-up
+(find ``KEY``) and a relative one (copy the token after it, then the next).
+
+:class:`PasskeyRetrieval` follows the data-source protocol of
+:mod:`posenc.data` (``vocab_size``, ``batch``, ``config``), so ``pe.train``
+trains on it; :func:`passkey_accuracy` measures the heat map.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence
+
+import torch
+
+from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
+
+__all__ = ["PasskeyRetrieval", "passkey_accuracy"]
+
+
+def _check_depth(depth: Any) -> Optional[float]:
+    if depth is None:
+        return None
+    if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0 <= depth <= 1:
+        raise ValueError(f"depth must be a number in [0, 1] (0: the key first, 1: right before the question) "
+                         f"or None (uniform), got {depth!r}")
+    return float(depth)
+
+
+class PasskeyRetrieval:
+    """Find the key after ``KEY`` in filler and repeat it after ``QUERY`` (Mohtashami & Jaggi, 2023).
+
+    Args:
+        key_len: digits in a key (``k >= 1``).
+        n_digits: distinct digit tokens (``>= 2``; 10 for decimal keys).
+        n_filler: distinct filler tokens (``>= 1``).
+
+    ``vocab_size = n_filler + n_digits + 2``; sequences need ``seq_len >=
+    min_len = 2 key_len + 2`` tokens. ``batch(..., depth=None)`` draws the
+    depth (the fraction of the filler placed before the key) uniformly per
+    sequence; a number in ``[0, 1]`` fixes it. ``split`` is accepted for the
+    common interface (pass different generators for validation).
+
+    >>> task = PasskeyRetrieval(key_len=2, n_digits=4, n_filler=3)
+    >>> x, y = task.batch(1, 9, torch.Generator().manual_seed(0), depth=0.0)
+    >>> x[0, :3].tolist() == [task.key_token, *y[0, -2:].tolist()]
+    True
+    """
+
+    def __init__(self, key_len: int = 4, n_digits: int = 10, n_filler: int = 16) -> None:
+        for name, value, low in (("key_len", key_len, 1), ("n_digits", n_digits, 2), ("n_filler", n_filler, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.key_len, self.n_digits, self.n_filler = key_len, n_digits, n_filler
+        self.digit_offset = n_filler
+        self.key_token = n_filler + n_digits
+        self.query_token = self.key_token + 1
+        self.vocab_size = self.query_token + 1
+        self.min_len = 2 * key_len + 2
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """Identifies the task (for caching)."""
+        return dict(kind="passkey", key_len=self.key_len, n_digits=self.n_digits, n_filler=self.n_filler)
+
+    def __repr__(self) -> str:
+        return f"PasskeyRetrieval(key_len={self.key_len}, n_digits={self.n_digits}, n_filler={self.n_filler})"
+
+    def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
+              *, split: str = "train", depth: Optional[float] = None) -> Batch:
+        """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64; targets only on the answer."""
+        _check_batch_args(batch_size, seq_len, split)
+        _check_generator(generator)
+        depth = _check_depth(depth)
+        if seq_len < self.min_len:
+            raise ValueError(f"seq_len must be >= {self.min_len} (KEY, {self.key_len} digits, QUERY and the "
+                             f"answer), got {seq_len}")
+        k, total = self.key_len, seq_len + 1  # inputs and targets are one sequence, shifted
+        filler = total - (2 * k + 2)
+        seq = torch.randint(self.n_filler, (batch_size, total), generator=generator)
+        keys = torch.randint(self.n_digits, (batch_size, k), generator=generator) + self.digit_offset
+        if depth is None:
+            before = (torch.rand(batch_size, generator=generator) * (filler + 1)).long().clamp(max=filler)
+        else:
+            before = torch.full((batch_size,), round(depth * filler), dtype=torch.long)
+        rows = torch.arange(batch_size)[:, None]
+        key_at = before[:, None] + torch.arange(1, k + 1)  # digit positions after KEY
+        seq[torch.arange(batch_size), before] = self.key_token
+        seq[rows, key_at] = keys
+        seq[:, total - k - 1] = self.query_token
+        seq[:, total - k:] = keys
+        inputs, targets = seq[:, :-1], seq[:, 1:].clone()
+        targets[:, : seq_len - k] = IGNORE_INDEX  # only the answer counts
+        return inputs, targets
+
+
+@torch.no_grad()
+def passkey_accuracy(
+    model: Any,
+    data: PasskeyRetrieval,
+    lengths: Sequence[int],
+    depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+    samples: int = 32,
+    seed: int = 0,
+    *,
+    batch_size: int = 32,
+    device: Optional[torch.device] = None,
+) -> torch.Tensor:
+    """Exact-match accuracy of ``model`` on passkey retrieval, by length and depth.
+
+    For each ``(length, depth)`` cell, ``samples`` sequences from
+    ``data.batch(..., depth=depth)`` with a generator seeded from ``seed`` and
+    the cell (reproducible, the same for every model); a sequence counts as
+    correct when the argmax of the logits is the right digit at every answer
+    position.
+
+    Args:
+        model: maps ``(batch, seq)`` token ids to ``(batch, seq, vocab)`` logits
+            (a :class:`posenc.TinyLM`; its window, sinks and rope scaling apply).
+        data: the :class:`PasskeyRetrieval` task the model was trained on.
+        lengths: context lengths (each ``>= data.min_len``).
+        depths: key depths in ``[0, 1]``.
+        samples: sequences per cell.
+        seed: seeds the sequences.
+        batch_size: sequences per forward pass.
+        device: default: the device of the model's parameters (CPU if none).
+
+    Returns:
+        ``(len(lengths), len(depths))`` float64 tensor of accuracies in ``[0, 1]``
+        (rows: lengths, columns: depths), ready for a heat map.
+    """
+    if not isinstance(data, PasskeyRetrieval):
+        raise ValueError(f"data must be a posenc.PasskeyRetrieval, got {type(data).__name__}")
+    lengths, depths = list(lengths), [_check_depth(d) for d in depths]
+    if not lengths or not depths or any(d is None for d in depths):
+        raise ValueError("lengths and depths must be non-empty sequences (depths of numbers in [0, 1])")
+    for name, value in (("samples", samples), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    for n in lengths:
+        if isinstance(n, bool) or not isinstance(n, int) or n < data.min_len:
+            raise ValueError(f"every length must be an integer >= {data.min_len}, got {n!r}")
+    if device is None:
+        device = next((p.device for p in getattr(model, "parameters", lambda: iter(()))()), torch.device("cpu"))
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    out = torch.zeros(len(lengths), len(depths), dtype=torch.float64)
+    for a, n in enumerate(lengths):
+        for b, depth in enumerate(depths):
+            g = torch.Generator().manual_seed(seed * 1_000_003 + n * 1009 + round(depth * 1000))
+            x, y = data.batch(samples, n, g, split="validation", depth=depth)
+            correct = 0
+            for i in range(0, samples, batch_size):
+                xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
+                pred = model(xb)[:, -data.key_len:].argmax(-1)
+                correct += int((pred == yb[:, -data.key_len:]).all(-1).sum())
+            out[a, b] = correct / samples
+    if hasattr(model, "train"):
+        model.train(was_training)
+    return out

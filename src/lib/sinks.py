@@ -1,0 +1,106 @@
+"""Attention sinks: a sliding window that keeps the first tokens (Xiao et al., 2024, StreamingLLM).
+
+A model trained with full causal attention learns to park surplus attention
+on the first few tokens, whatever they say: they are visible to every query,
+so they make a cheap "no-op" target. A plain sliding window removes them once
+the sequence is longer than the window, and the model breaks down. Keeping
+the first ``sinks`` keys visible to every query, in addition to its
+``window`` latest keys, restores it (StreamingLLM keeps 4).
+
+:func:`sink_attention` is causal softmax attention with that mask, on
+PyTorch's fused ``scaled_dot_product_attention``: queries go in chunks of 256,
+and each chunk reads only its sink keys and the keys of its window, so the
+cost is that of windowed attention, ``O(n (window + sinks))``.
+
+Positions. StreamingLLM keeps a rolling key/value cache and gives positions
+*within the cache*: with RoPE, the sinks sit at cache positions ``0 ..
+sinks-1`` and the window right after them, so no query ever sees a relative
+distance above ``sinks + window``. Here the whole sequence is evaluated at
+once and every token keeps its **original position**: a query at position
+``i`` sees a sink at distance ``i`` (rotations are applied before this
+function, ALiBi / table biases by the true distance ``i - j``). The
+full-sequence variant isolates the effect of the mask; for RoPE models the
+cache-position variant differs only in the distances to the sinks.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from .attention import _check_qkv, _distance_values, _empty, _relative_inputs, _scaled, _softmax
+from .masks import _int, sliding_window_mask
+
+__all__ = ["sink_attention"]
+
+_CHUNK = 256
+
+
+def sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: int, sinks: int,
+                   slopes: Optional[torch.Tensor] = None, distance_bias: Optional[torch.Tensor] = None,
+                   scale: Optional[float] = None, return_weights: bool = False):
+    """Causal attention to the ``window`` latest keys and the first ``sinks`` keys (StreamingLLM).
+
+    Query ``i`` (at key position ``i + k_len - q_len``) may attend to key ``j``
+    if ``j <= i`` and (``i - j < window`` or ``j < sinks``):
+    :func:`posenc.sliding_window_mask` with ``sinks``. ``sinks=0`` is the plain
+    sliding window. Positions are the original ones (see the module notes).
+
+    Args:
+        q: ``(batch, heads, q_len, head_dim)``, already rotated if the model rotates.
+        k, v: ``(batch, heads, k_len, head_dim)`` and ``(..., k_len, v_dim)``.
+        window: ``w >= 1``.
+        sinks: ``>= 0`` first keys kept.
+        slopes, distance_bias: ALiBi slopes ``(heads,)`` / a ``(heads, >= k_len)``
+            table by distance, as in :func:`posenc.relative_attention`.
+        scale: multiplier of ``q . k``; default ``1 / sqrt(head_dim)``.
+        return_weights: also return the ``(batch, heads, q_len, k_len)`` weights
+            (explicit softmax).
+
+    Returns:
+        ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
+
+    >>> q = k = v = torch.randn(1, 2, 600, 8)
+    >>> out = sink_attention(q, k, v, window=64, sinks=4)
+    >>> ref = torch.nn.functional.scaled_dot_product_attention(
+    ...     q, k, v, attn_mask=sliding_window_mask(600, window=64, sinks=4))
+    >>> bool((out - ref).abs().max() < 1e-5)
+    True
+    """
+    _check_qkv(q, k, v)
+    slopes, distance_bias, window = _relative_inputs(q, k, v, slopes, distance_bias, window)
+    if window is None:
+        raise ValueError("sink_attention needs a window >= 1 (without one every key is visible anyway)")
+    sinks = _int("sinks", sinks, low=0)
+    q, scale = _scaled(q, scale)
+    if q.numel() == 0:  # no query
+        return _empty(q, k, v, bool(return_weights))
+    q_len, k_len = q.shape[2], k.shape[2]
+    offset = k_len - q_len
+    biased = slopes is not None or distance_bias is not None
+    if return_weights:
+        mask = sliding_window_mask(q_len, k_len, window=window, sinks=sinks, device=q.device)
+        scores = (q @ k.transpose(-2, -1)) * scale
+        if biased:
+            d = torch.arange(offset, k_len, device=q.device)[:, None] - torch.arange(k_len, device=q.device)
+            scores = scores + _distance_values(d, slopes, distance_bias, None, q.dtype)
+        weights = _softmax(scores.masked_fill(~mask, float("-inf")))
+        return weights @ v, weights
+    outs = []
+    for a in range(0, q_len, _CHUNK):
+        e = min(a + _CHUNK, q_len)
+        lo, hi = max(0, offset + a - window + 1), offset + e  # the chunk's window keys: lo .. hi-1
+        head = min(sinks, lo)  # sink keys not already in the window range
+        idx = torch.cat((torch.arange(head), torch.arange(lo, hi))).to(q.device)
+        d = torch.arange(offset + a, offset + e, device=q.device)[:, None] - idx  # (chunk, keys)
+        allowed = (d >= 0) & ((d < window) | (idx < sinks))
+        if biased:
+            mask = _distance_values(d, slopes, distance_bias, None, q.dtype).masked_fill(~allowed, float("-inf"))[None]
+        else:
+            mask = allowed
+        kc = k[:, :, idx] if head else k[:, :, lo:hi]
+        vc = v[:, :, idx] if head else v[:, :, lo:hi]
+        outs.append(F.scaled_dot_product_attention(q[:, :, a:e], kc, vc, attn_mask=mask, scale=scale))
+    return torch.cat(outs, dim=2)

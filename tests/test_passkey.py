@@ -1,0 +1,106 @@
+"""Passkey retrieval: layout, determinism, targets, the accuracy heat map, and a tiny model learns it."""
+
+import pytest
+import torch
+
+import posenc as pe
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+
+
+def test_layout_and_targets():
+    task = pe.PasskeyRetrieval(key_len=3, n_digits=5, n_filler=4)
+    assert task.vocab_size == 4 + 5 + 2 and task.min_len == 8
+    assert task.config == dict(kind="passkey", key_len=3, n_digits=5, n_filler=4)
+    x, y = task.batch(64, 40, torch.Generator().manual_seed(1))
+    assert x.shape == y.shape == (64, 40) and x.dtype == y.dtype == torch.int64
+    assert ((x >= 0) & (x < task.vocab_size)).all()
+    for row, target in zip(x, y):
+        (key_at,) = (row == task.key_token).nonzero()[:, 0].tolist()
+        (query_at,) = (row == task.query_token).nonzero()[:, 0].tolist()
+        key = row[key_at + 1:key_at + 4]
+        assert query_at == 40 - 3 and ((key >= 4) & (key < 9)).all()
+        assert torch.equal(row[query_at + 1:], key[:2])  # the answer so far, teacher-forced
+        assert torch.equal(target[-3:], key) and (target[:-3] == pe.IGNORE_INDEX).all()
+        filler = torch.cat((row[:key_at], row[key_at + 4:query_at]))
+        assert (filler < 4).all()
+
+
+def test_depth_places_the_key():
+    task = pe.PasskeyRetrieval(key_len=2, n_digits=3, n_filler=2)
+    for depth, where in ((0.0, 0), (1.0, 31 - 6), (0.5, 12)):  # 31 tokens, 6 of them KEY, QUERY and digits
+        x, _ = task.batch(5, 30, torch.Generator().manual_seed(0), depth=depth)
+        assert ((x == task.key_token).nonzero()[:, 1] == where).all(), depth
+    x, _ = task.batch(2000, 30, torch.Generator().manual_seed(0))  # uniform depths: every place is used
+    assert set((x == task.key_token).nonzero()[:, 1].tolist()) == set(range(26))
+    x, _ = task.batch(4, task.min_len, depth=0.3)  # no filler at all
+    assert x[:, 0].eq(task.key_token).all()
+
+
+def test_same_generator_same_batch():
+    task = pe.PasskeyRetrieval()
+    a = task.batch(8, 50, torch.Generator().manual_seed(3))
+    b = task.batch(8, 50, torch.Generator().manual_seed(3))
+    assert all(torch.equal(s, t) for s, t in zip(a, b))
+
+
+@pytest.mark.parametrize("call", [
+    lambda t: t.batch(2, 9),
+    lambda t: t.batch(0, 20),
+    lambda t: t.batch(2, 20, depth=1.5),
+    lambda t: t.batch(2, 20, depth=True),
+    lambda t: t.batch(2, 20, split="test"),
+    lambda t: t.batch(2, 20, generator=3),
+    lambda t: pe.PasskeyRetrieval(key_len=0),
+    lambda t: pe.PasskeyRetrieval(n_digits=1),
+    lambda t: pe.PasskeyRetrieval(n_filler=2.0),
+    lambda t: pe.passkey_accuracy(lambda x: x, t, [5]),
+    lambda t: pe.passkey_accuracy(lambda x: x, t, []),
+    lambda t: pe.passkey_accuracy(lambda x: x, t, [20], depths=[2.0]),
+    lambda t: pe.passkey_accuracy(lambda x: x, t, [20], samples=0),
+    lambda t: pe.passkey_accuracy(lambda x: x, pe.MarkovChain(), [20]),
+])
+def test_bad_arguments_raise_value_error(call):
+    with pytest.raises(ValueError):
+        call(pe.PasskeyRetrieval(key_len=4))
+
+
+class Oracle(torch.nn.Module):
+    """Reads the key from the input (the perfect answer), wrong on purpose at depths > ``wrong_from``."""
+
+    def __init__(self, task, wrong_from=2.0):
+        super().__init__()
+        self.task, self.wrong_from = task, wrong_from
+
+    def forward(self, x):
+        t = self.task
+        logits = torch.zeros(*x.shape, t.vocab_size)
+        for b, row in enumerate(x):
+            at = int((row == t.key_token).nonzero()[0, 0])
+            key = row[at + 1:at + 1 + t.key_len]
+            if at / max(1, x.shape[1] - t.min_len + 1) > self.wrong_from:
+                key = key * 0
+            logits[b, -t.key_len:].scatter_(-1, key[:, None], 1.0)
+        return logits
+
+
+def test_accuracy_heat_map_shape_and_values():
+    task = pe.PasskeyRetrieval(key_len=3, n_digits=4, n_filler=5)
+    acc = pe.passkey_accuracy(Oracle(task), task, [10, 20, 40], depths=(0.0, 0.5, 1.0), samples=7, batch_size=3)
+    assert acc.shape == (3, 3) and acc.dtype == torch.float64 and (acc == 1).all()
+    acc = pe.passkey_accuracy(Oracle(task, wrong_from=0.6), task, [40], depths=(0.0, 0.5, 1.0), samples=6)
+    assert acc.tolist() == [[1.0, 1.0, 0.0]]
+    assert torch.equal(pe.passkey_accuracy(Oracle(task), task, [20], samples=5, seed=3),
+                       pe.passkey_accuracy(Oracle(task), task, [20], samples=5, seed=3))
+
+
+def test_a_tiny_model_learns_the_task():
+    task = pe.PasskeyRetrieval(key_len=2, n_digits=4, n_filler=8)
+    model = pe.TinyLM(task.vocab_size, 64, 2, 4, position="rope")
+    result = pe.train(model, task, steps=300, seq_len=32, batch_size=32, lr=3e-3, progress=False)
+    acc = pe.passkey_accuracy(model, task, [32], samples=64)
+    assert acc.mean() > 0.3, acc  # chance: 1 / 4^2
+    assert model.training is False and result.final_loss < 1.0
