@@ -124,12 +124,12 @@ VALUES = {
     "6.4": ([(_bca, _window), (_bca.tolist(), _window.tolist())],
             [(_window, _bca), (_bca, _bca), (_bca[:-1], _window)]),
     "7.4": ([_reach(2 ** -8, 10.0)], [_reach(2 ** -8, 10.0) + 1, _reach(2 ** -8, 10.0) - 1]),
-    "8.1": ([_gradient_ratio(), 1000], [1e-3, 1e6, 100]),
-    "8.2": ([(64 * 64 + 64, 4096 * 2 * 64)], [(64 * 64, 4096 * 2 * 64), (64 * 64 + 64, 4096 * 64)]),
-    "8.3": ([[pe.block_diagonal_mask(1024, w).sum().item() / (1024 * 1025 / 2) for w in (16, 64, 256)],
+    "9.1": ([_gradient_ratio(), 1000], [1e-3, 1e6, 100]),
+    "9.2": ([(64 * 64 + 64, 4096 * 2 * 64)], [(64 * 64, 4096 * 2 * 64), (64 * 64 + 64, 4096 * 64)]),
+    "9.3": ([[pe.block_diagonal_mask(1024, w).sum().item() / (1024 * 1025 / 2) for w in (16, 64, 256)],
              [0.0166, 0.0634, 0.2507], [0.017, 0.063, 0.25]],
             [[w / 1024 for w in (16, 64, 256)], [1.7, 6.3, 25.1]]),
-    "9.1": ([(512 * 513 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.23435],
+    "10.1": ([(512 * 513 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.23435],
             [512 / 4096, (512 * 511 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.2343, 0.38]),   # w/n; off by one
 }
 
@@ -159,13 +159,13 @@ FUNCTIONS = {
              lambda w, c: torch.tensor([math.log(w) + c, math.log(1 - w)]).double().softmax(0)[0]],
             [lambda w, c: w * math.exp(c), lambda w, c: w, lambda w, c: w * math.exp(c) / (1 + w * math.exp(c))]),
     "7.4": ([_reach], [lambda m, s: _reach(m, s) + 1, lambda m, s: int(s / m)]),
-    "8.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
-    "9.1": ([_window_share], [lambda n, w: min(w, n) / n, lambda n, w: _window_share(n, w - 1) if w > 1 else 1.0]),
+    "9.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
+    "10.1": ([_window_share], [lambda n, w: min(w, n) / n, lambda n, w: _window_share(n, w - 1) if w > 1 else 1.0]),
 }
 
 
 class _LearnedALiBi(pe.PositionScheme):
-    """ALiBi with learned slopes, as the solution of chapter 9 writes it."""
+    """ALiBi with learned slopes, as the solution of chapter 10 writes it."""
 
     def bind(self, *, d_model, n_heads, n_layers):
         super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
@@ -210,7 +210,7 @@ class _NoBias(pe.PositionScheme):
 
 #: exercise -> (right position schemes, wrong ones): classes, or objects
 SCHEMES = {
-    "9.3": ([_LearnedALiBi, _LearnedALiBi(), _LogSlopes],
+    "10.3": ([_LearnedALiBi, _LearnedALiBi(), _LogSlopes],
             [pe.alibi.ALiBi, pe.alibi.ALiBi(), _FrozenSlopes, _WrongSign, _EvenSlopes, _NoBias, pe.TinyLM]),
 }
 
@@ -228,7 +228,7 @@ def test_exercises_lists_one_line_each_in_order():
     assert list(listing) == sorted(listing, key=lambda k: tuple(map(int, k.split("."))))
     assert all(title and "\n" not in title for title in listing.values())
     assert list(exercises(chapter=3)) == ["3.1", "3.2", "3.3", "3.4", "3.5"]
-    assert list(exercises(chapter=9)) == ["9.1", "9.3"]
+    assert list(exercises(chapter=10)) == ["10.1", "10.3"]
 
 
 def test_published_alibi_slopes():
@@ -285,16 +285,16 @@ def test_wrong_schemes_fail_with_a_hint(key, capsys):
 
 
 def test_scheme_checker_names_the_wrong_entry_and_leaves_the_readers_object_alone(capsys):
-    assert not check("9.3", _WrongSign)
+    assert not check("10.3", _WrongSign)
     out = capsys.readouterr().out
     assert "head 0 at distance 1" in out and "too large" in out and "0.5" not in out
-    assert not check("9.3", _FrozenSlopes)
+    assert not check("10.3", _FrozenSlopes)
     assert "does not depend on a learned torch.nn.Parameter" in capsys.readouterr().out
     model = pe.TinyLM(8, 48, 1, 6, position=_LearnedALiBi())    # an object already in a model: its own sizes
     with torch.no_grad():
         model.position.slope.mul_(2)                           # "trained"
     trained = model.position.slope.detach().clone()
-    assert check("9.3", model.position)
+    assert check("10.3", model.position)
     assert "correct for 1 model size." in capsys.readouterr().out
     assert torch.equal(model.position.slope, trained) and model.position.n_heads == 6
 
@@ -345,8 +345,8 @@ def test_functions_that_raise_or_return_nonsense_fail_without_raising(capsys):
     assert not check("3.1", lambda base: 0)                     # wrong number of arguments
     assert "raised TypeError" in capsys.readouterr().out
     assert not check("3.3", lambda W: pe.half_split_to_interleaved(W))  # odd input width raises
-    assert not check("8.3", lambda n, w: None)
-    assert not check("8.3", lambda n, w: float("nan"))
+    assert not check("9.3", lambda n, w: None)
+    assert not check("9.3", lambda n, w: float("nan"))
     assert not check("2.2", lambda: 60611)                      # a number was asked for
     assert not check("1.5", 0.5)                                # a function was asked for
 
@@ -357,7 +357,7 @@ def test_nan_and_infinity_fail():
     assert not check("3.5", (float("nan"), 2.0))
 
 
-@pytest.mark.parametrize("bad", ["9.9", "3", "3.10", "", 3.1, None])
+@pytest.mark.parametrize("bad", ["10.9", "3", "3.10", "", 3.1, None])
 def test_unknown_exercise_raises(bad):
     with pytest.raises(ValueError, match=r"unknown exercise .*1\.2, 1\.3"):
         check(bad, 1)

@@ -161,10 +161,10 @@ def _mean_lookback() -> torch.Tensor:
 
 
 def _learned_alibi(answer: Any) -> Tuple[bool, str]:
-    # Chapter 9: a scheme with the bias -m_h d, m_h learned and starting at alibi_slopes(n_heads).
+    # Chapter 10: a scheme with the bias -m_h d, m_h learned and starting at alibi_slopes(n_heads).
     if not (isinstance(answer, PositionScheme) or isinstance(answer, type) and issubclass(answer, PositionScheme)):
         return False, f"expected a posenc.PositionScheme subclass or object, got {_describe(answer)}"
-    hint, sizes = f"Hint: {_EXERCISES['9.3'].hint}", [(64, 4, 2), (48, 6, 1), (64, 8, 3), (16, 1, 1)]
+    hint, sizes = f"Hint: {_EXERCISES['10.3'].hint}", [(64, 4, 2), (48, 6, 1), (64, 8, 3), (16, 1, 1)]
     sizes = sizes if isinstance(answer, type) else [(answer.d_model or 64, answer.n_heads or 4, answer.n_layers or 2)]
     for d_model, heads, layers in sizes:
         try:  # an object is copied (the reader's is left as it is); TinyLM checks the shape of the bias
@@ -389,15 +389,15 @@ _EXERCISES: Dict[str, _Exercise] = {
         inputs=lambda: [(2.0 ** -8, 10.0), (2.0 ** -4, 8.0), (0.5, 5.0),
                         (2.0 ** -6, 12.0), (2.0 ** -1, 1.0), (1e-4, 3.0)],
     ),
-    # Chapter 8: linear attention
-    "8.1": _Exercise(
+    # Chapter 9: linear attention
+    "9.1": _Exercise(
         title="gradient norm of normalised linear attention with respect to φ(q) at c = 1e-3, "
               "divided by the one at c = 1 (feature='relu', eps = 0)",
         confirm="The output ignores the scale of φ(q), so its gradient grows like 1/c.",
         hint="differentiate f(c x) = f(x) with respect to x.",
         expected=_gradient_ratio, rtol=1e-3,
     ),
-    "8.2": _Exercise(
+    "9.2": _Exercise(
         title="numbers held by the linear-attention state (S and z) for d = e = 64, "
               "and by a key-value cache at n = 4096 (2 integers, per head)",
         confirm="The state has the same size at every length; the cache grows with n.",
@@ -405,7 +405,7 @@ _EXERCISES: Dict[str, _Exercise] = {
         # The state of the recurrence S_i = S_(i-1) + phi(k_i) v_i^T, z_i = z_(i-1) + phi(k_i).
         expected=lambda: (64 * 64 + 64, 4096 * (64 + 64)),
     ),
-    "8.3": _Exercise(
+    "9.3": _Exercise(
         title="fraction of the n(n+1)/2 causal pairs that DiagAttention keeps, n = 1024, "
               "w = 16, 64, 256 (3 numbers, or a function kept(n, w))",
         confirm="DiagAttention keeps a fraction that grows like w / n: cheap, and only local.",
@@ -414,8 +414,8 @@ _EXERCISES: Dict[str, _Exercise] = {
         signature="kept(n, w)", reference=_diag_fraction,
         inputs=lambda: [(1024, 16), (1024, 64), (1024, 256), (12, 3), (8, 8), (6, 1), (100, 10)],
     ),
-    # Chapter 9: summary
-    "9.1": _Exercise(
+    # Chapter 10: summary
+    "10.1": _Exercise(
         title="fraction of the n(n+1)/2 causal query-key pairs that a causal window of w = 512 keys "
               "computes at n = 4096 (a number to 5 digits, or a function window_share(n, w))",
         confirm="A window costs O(n w) instead of O(n^2 / 2): below 1 once n > w.",
@@ -424,7 +424,7 @@ _EXERCISES: Dict[str, _Exercise] = {
         signature="window_share(n, w)", reference=_window_fraction,
         inputs=lambda: [(4096, 512), (1024, 16), (8, 8), (8, 20), (100, 1), (37, 5), (2048, 2047)],
     ),
-    "9.3": _Exercise(
+    "10.3": _Exercise(
         title="a PositionScheme subclass or object: ALiBi's bias -m_h (i - j), m_h learned, starting at ALiBi's",
         confirm="The slopes start as ALiBi's and now train with the model.",
         hint="create a torch.nn.Parameter of n_heads slopes in bind() (self.n_heads is known there), "
@@ -453,11 +453,11 @@ def exercises(chapter: Optional[int] = None) -> Dict[str, str]:
         dict from exercise id (``"chapter.number"``) to a one-line description,
         in reading order.
 
-    >>> for key, title in exercises(chapter=8).items():
+    >>> for key, title in exercises(chapter=9).items():
     ...     print(key, title[:40])
-    8.1 gradient norm of normalised linear atten
-    8.2 numbers held by the linear-attention sta
-    8.3 fraction of the n(n+1)/2 causal pairs th
+    9.1 gradient norm of normalised linear atten
+    9.2 numbers held by the linear-attention sta
+    9.3 fraction of the n(n+1)/2 causal pairs th
     """
     return {key: ex.title for key, ex in _EXERCISES.items()
             if chapter is None or key.split(".")[0] == str(chapter)}
@@ -482,8 +482,8 @@ def check(exercise: str, answer: Any) -> bool:
     >>> check("3.1", "many")
     ✗ 3.1: expected an integer, got the text 'many' (or a function slow_pairs(base, L, d))
     False
-    >>> check("8.3", lambda n, w: w / n)
-    ✗ 8.3: kept(1024, 16) is wrong (0.015625 is too small).
+    >>> check("9.3", lambda n, w: w / n)
+    ✗ 9.3: kept(1024, 16) is wrong (0.015625 is too small).
     Hint: each of the n/w blocks keeps the causal pairs inside it.
     False
     """
