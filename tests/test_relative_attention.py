@@ -263,7 +263,7 @@ def test_inputs_are_converted_or_refused_clearly():
         (dict(slopes="alibi"), TypeError, "slopes"),
         (dict(distance_bias=torch.zeros(H, 20, dtype=torch.bool)), ValueError, "distance_bias"),
         (dict(scale=float("nan")), ValueError, "scale"),
-        (dict(scale="0.5"), TypeError, "scale"),
+        (dict(scale="0.5"), ValueError, "scale"),
         (dict(window=2.5), ValueError, "window"),
         (dict(window=float("nan")), ValueError, "window"),
         (dict(return_weights="yes"), TypeError, "return_weights"),

@@ -3,20 +3,43 @@
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
+import operator
 import sys
 import types
 from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 
 __all__: list = []  # private helpers
 
 
 def check_int(name: str, value: Any, low: int = 1) -> int:
-    """Return ``value`` if it is an integer (not a bool) ``>= low``, else raise ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    """``value`` as a Python ``int >= low`` (NumPy and 0-d integer tensors too, never a bool), else ``ValueError``."""
+    number = None
+    if not isinstance(value, bool) and "bool" not in type(value).__name__ and not (
+            isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        try:
+            number = operator.index(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    if number is None or number < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
+    return number
+
+
+def check_number(name: str, value: Any, low: float = -math.inf, *, inf_ok: bool = False, what: str = "") -> float:
+    """``value`` as a float: a real number (NumPy scalars and one-element real tensors too, never a bool),
+    finite (or ``+inf`` if ``inf_ok``) and ``> low``; else ``ValueError``."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not (value.dtype == torch.bool or value.is_complex()):
+        value = value.item()
+    v = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else math.nan
+    if not (v > low and (math.isfinite(v) or (inf_ok and v == math.inf))):
+        bound = "" if low == -math.inf else f" > {low:g}"
+        raise ValueError(f"{name} must be a {'' if inf_ok else 'finite '}number{bound}{what}, got {value!r}")
+    return v
 
 
 def check_even_dim(dim: Any, what: str) -> int:

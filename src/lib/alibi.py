@@ -16,9 +16,9 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from ._validate import check_device as _device
+from ._validate import check_device as _device, check_int
 from ._validate import check_float_dtype as _float_dtype
-from .masks import _as_tensor, _finite, _int, relative_positions
+from .masks import _as_tensor, _finite, relative_positions
 from .scheme import PositionScheme, register_scheme
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
@@ -48,7 +48,7 @@ def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> torch.T
     >>> alibi_slopes(4).tolist()
     [0.25, 0.0625, 0.015625, 0.00390625]
     """
-    n_heads, dtype = _int("n_heads", n_heads), _float_dtype(dtype)
+    n_heads, dtype = check_int("n_heads", n_heads), _float_dtype(dtype)
     p = 2 ** int(math.floor(math.log2(n_heads)))
     slopes = _power_of_two_slopes(p)
     if p < n_heads:
@@ -88,7 +88,7 @@ def alibi_bias(
     """
     _float_dtype(dtype)
     if not isinstance(n_heads_or_slopes, (list, tuple)) and getattr(n_heads_or_slopes, "ndim", 0) == 0:
-        slopes = alibi_slopes(_int("n_heads", n_heads_or_slopes), dtype=torch.float64)  # a head count
+        slopes = alibi_slopes(check_int("n_heads", n_heads_or_slopes), dtype=torch.float64)  # a head count
     else:
         slopes = _as_tensor("slopes", n_heads_or_slopes)
         if slopes.ndim != 1 or slopes.numel() == 0:
@@ -127,5 +127,5 @@ class ALiBi(PositionScheme):
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         self._require_bound()
-        distance = torch.arange(_int("length", length, 0), device=_device(device), dtype=_float_dtype(dtype))
+        distance = torch.arange(check_int("length", length, 0), device=_device(device), dtype=_float_dtype(dtype))
         return -self.alibi_slopes.to(device=device, dtype=dtype)[:, None] * distance

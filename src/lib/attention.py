@@ -32,9 +32,9 @@ from typing import Any, Dict, Literal, Optional, Tuple, Union, overload
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_float_dtype as _float_dtype
+from ._validate import check_float_dtype as _float_dtype, check_int, check_number
 from ._validate import make_module_callable
-from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _int, _number, causal_mask
+from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, causal_mask
 
 __all__ = ["attention", "combine_bias_and_mask", "relative_attention", "ATTENTION_PATHS", "attention_entropy",
            "log_length_scale"]
@@ -81,7 +81,7 @@ def _softmax(scores: torch.Tensor) -> torch.Tensor:
 
 def _scaled(q: torch.Tensor, scale: Any) -> Tuple[torch.Tensor, float]:
     """``(q, scale)`` with ``scale > 0``, the same logits: SDPA's causal kernel gives NaN for ``scale <= 0``."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _number("scale", scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_number("scale", scale)
     return (q, scale) if scale > 0 else (-q, -scale) if scale < 0 else (q * 0.0, 1.0)
 
 
@@ -227,7 +227,7 @@ def _relative_inputs(q, k, v, slopes, distance_bias, window):
             raise ValueError(f"distance_bias covers distances 0..{distance_bias.shape[1] - 1} but "
                              f"k_len = {k_len} needs 0..{k_len - 1}")
         distance_bias = distance_bias[:, :k_len].to(q.device)
-    return slopes, distance_bias, None if window is None else _int("window", window)
+    return slopes, distance_bias, None if window is None else check_int("window", window)
 
 
 def _distance_values(d, slopes, distance_bias, window, dtype):
@@ -582,7 +582,7 @@ def attention_entropy(weights: torch.Tensor, dim: int = -1, *, keepdim: bool = F
     """
     if not isinstance(weights, torch.Tensor) or not weights.is_floating_point() or weights.device.type == "meta":
         raise ValueError("weights must be a floating-point tensor of probabilities (with values: not on meta)")
-    if weights.ndim == 0 or _int("dim", dim, -weights.ndim) >= weights.ndim:
+    if weights.ndim == 0 or check_int("dim", dim, -weights.ndim) >= weights.ndim:
         raise ValueError(f"dim {dim} out of range for weights of shape {tuple(weights.shape)} (keys along dim)")
     keepdim = _flag("keepdim", keepdim)
     if weights.shape[dim] == 0:
@@ -618,7 +618,7 @@ def log_length_scale(n: int, train_len: int, *, clamp: bool = True) -> float:
     Returns:
         the factor as a Python float (``1.0`` at ``n = train_len``).
     """
-    n, train_len, clamp = _int("n", n), _int("train_len", train_len, low=2), _flag("clamp", clamp)
+    n, train_len, clamp = check_int("n", n), check_int("train_len", train_len, low=2), _flag("clamp", clamp)
     factor = math.log(n) / math.log(train_len)
     return max(1.0, factor) if clamp else factor
 

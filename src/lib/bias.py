@@ -35,10 +35,10 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from ._validate import check_even_dim, check_int
+from ._validate import check_even_dim, check_int, check_number
 from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
-from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _number
+from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag
 from .masks import check_lengths, relative_positions
 from .scheme import PositionScheme, register_scheme
 from .sinusoidal import sinusoidal_embedding
@@ -190,7 +190,7 @@ class KerpleBias(nn.Module):
         check_int("n_heads", n_heads)
         if kind not in ("power", "log"):
             raise ValueError(f"kind must be 'power' or 'log', got {kind!r}")
-        if not 0 < _number("eps", eps) < 2:
+        if not 0 < check_number("eps", eps) < 2:
             raise ValueError(f"eps must be in (0, 2), got {eps!r}")
         _float_dtype(dtype)
         device = _device(device)
@@ -232,7 +232,7 @@ class KerpleBias(nn.Module):
 
 
 def _check_base(base: float) -> float:
-    if not _number("base", base) > 1:
+    if not check_number("base", base) > 1:
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
     return float(base)
 
@@ -452,7 +452,7 @@ class T5RelativeBias(nn.Module):
                  dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> None:
         super().__init__()
         check_int("n_heads", n_heads)
-        if not _number("init_std", init_std) >= 0:
+        if not check_number("init_std", init_std) >= 0:
             raise ValueError(f"init_std must be >= 0, got {init_std!r}")
         _float_dtype(dtype)
         # validates num_buckets / max_distance

@@ -45,7 +45,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from ._validate import check_int
+from ._validate import check_int, check_number
 from .rerope import rerope_attention, self_extend_attention, streaming_attention
 from .rope import (
     RotaryEmbedding,
@@ -59,7 +59,6 @@ from .rope import (
     yarn_attention_factor,
 )
 from .scheme import PositionScheme, register_scheme
-from .sinusoidal import _number
 
 __all__ = [
     "rope_frequencies_llama3",
@@ -112,8 +111,8 @@ def rope_frequencies_llama3(
     """
     theta = rope_frequencies(dim, base)
     s = _check_scale(factor)
-    low = _number(low_freq_factor, "low_freq_factor", 0)
-    high = _number(high_freq_factor, "high_freq_factor", 0)
+    low = check_number("low_freq_factor", low_freq_factor, 0)
+    high = check_number("high_freq_factor", high_freq_factor, 0)
     if not low < high:
         raise ValueError(f"need 0 < low_freq_factor < high_freq_factor, got {low_freq_factor!r} and "
                          f"{high_freq_factor!r}")
@@ -226,7 +225,7 @@ class RopeScaling:
         if self.method == "yarn":
             rope_frequencies_yarn(4, 10000.0, self.factor, 2, self.beta_fast, self.beta_slow)  # checks the betas
             if self.attention_factor is not None:
-                object.__setattr__(self, "attention_factor", _number(self.attention_factor, "attention_factor", 0))
+                object.__setattr__(self, "attention_factor", check_number("attention_factor", self.attention_factor, 0))
         if self.method == "llama3":
             rope_frequencies_llama3(4, 10000.0, self.factor, self.low_freq_factor, self.high_freq_factor, 2)
 
@@ -357,7 +356,7 @@ class RoPE(PositionScheme):
                  original_max_position: Optional[int] = None) -> None:
         super().__init__()
         self.base, self.interleaved = _check_base(base), bool(interleaved)
-        partial = _number(partial, "partial (the rotated fraction of each head)", 0, what=" and <= 1")
+        partial = check_number("partial (the rotated fraction of each head)", partial, 0, what=" and <= 1")
         if partial > 1:
             raise ValueError(f"partial (the rotated fraction of each head) must be in (0, 1], got {partial!r}")
         if original_max_position is not None:

@@ -36,12 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._validate import check_int, check_number
 from .attention import attention as _softmax_attention
 from .attention import relative_attention
 from .linear import (
     _check_eps,
     _check_method,
-    _check_positive_int,
     _check_qkv,
     feature_map,
     linear_attention,
@@ -49,7 +49,7 @@ from .linear import (
     norm_attention,
     rms_norm,
 )
-from .masks import _check_tensors, _flag, _number
+from .masks import _check_tensors, _flag
 from .rope import apply_rope
 from .sinks import sink_attention
 
@@ -91,7 +91,7 @@ def block_diagonal_mask(
             [0, 0, 1, 0],
             [0, 0, 1, 1]], dtype=torch.int32)
     """
-    _check_positive_int("block_size", block_size)
+    check_int("block_size", block_size)
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
         raise ValueError(f"seq_len must be an integer >= 0, got {seq_len!r}")
     block = torch.arange(seq_len, device=device) // block_size
@@ -137,7 +137,7 @@ def diag_attention(
         ``(batch, heads, seq, v_dim)``.
     """
     _check_qkv(q, k, v)
-    _check_positive_int("block_size", block_size)
+    check_int("block_size", block_size)
     if kind not in ("softmax", "relu"):
         raise ValueError(f"kind must be 'softmax' or 'relu', got {kind!r}")
     eps, causal = _check_eps(eps), _flag("causal", causal)
@@ -220,15 +220,15 @@ class _MultiHead(nn.Module):
     def __init__(self, d_model: int, n_heads: int, *, causal: bool = True, rope: bool = False,
                  rope_base: float = 10000.0, bias: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("n_heads", n_heads)
+        check_int("d_model", d_model)
+        check_int("n_heads", n_heads)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         causal, rope, bias = _flag("causal", causal), _flag("rope", rope), _flag("bias", bias)
         if rope and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
-        if not _number("rope_base", rope_base) > 1 or not 0 <= _number("dropout", dropout) <= 1:
+        if not check_number("rope_base", rope_base) > 1 or not 0 <= check_number("dropout", dropout) <= 1:
             raise ValueError(f"need rope_base > 1 and 0 <= dropout <= 1, got {rope_base!r} and {dropout!r}")
         self.causal, self.rope, self.rope_base = causal, rope, float(rope_base)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
@@ -369,7 +369,7 @@ class LinearAttention(_MultiHead):
         feature_map(feature)
         _check_method(method)
         self.feature, self.eps = feature, _check_eps(eps)
-        self.method, self.chunk_size = method, _check_positive_int("chunk_size", chunk_size)
+        self.method, self.chunk_size = method, check_int("chunk_size", chunk_size)
 
     def mix(self, qkv, pos):
         q, k, v = qkv
@@ -430,7 +430,7 @@ class NormAttention(_MultiHead):
         feature_map(feature)
         _check_method(method)
         self.feature, self.per_head, self.eps = feature, _flag("per_head", per_head), _check_eps(eps)
-        self.method, self.chunk_size = method, _check_positive_int("chunk_size", chunk_size)
+        self.method, self.chunk_size = method, check_int("chunk_size", chunk_size)
         size = self.head_dim if self.per_head else d_model
         self.gain = nn.Parameter(torch.ones(size)) if _flag("gain", gain) else None
 
@@ -467,7 +467,7 @@ class DiagAttention(_MultiHead):
         super().__init__(d_model, n_heads, causal=causal, rope=rope, bias=bias, dropout=dropout)
         if kind not in ("softmax", "relu"):
             raise ValueError(f"kind must be 'softmax' or 'relu', got {kind!r}")
-        self.block_size, self.block_kind = _check_positive_int("block_size", block_size), kind
+        self.block_size, self.block_kind = check_int("block_size", block_size), kind
         self.eps = _check_eps(eps)
 
     def mix(self, qkv, pos):

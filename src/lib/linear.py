@@ -43,6 +43,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
+from ._validate import check_int
 from .masks import _LAYOUT, _as_tensor, _check_tensors, _flag
 from .rope import apply_rope
 
@@ -141,12 +142,6 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v must be (batch, heads, seq, v_dim) with the (batch, heads, seq) of k = "
                          f"{tuple(k.shape[:3])}; got {tuple(v.shape)} ({_LAYOUT})")
-
-
-def _check_positive_int(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
 
 
 def _check_eps(eps: float) -> float:
@@ -299,7 +294,7 @@ def linear_attention(
     """
     _check_qkv(q, k, v)
     _check_method(method)
-    _check_positive_int("chunk_size", chunk_size)
+    check_int("chunk_size", chunk_size)
     eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
     phi = feature_map(feature)
     fq, fk = phi(q), phi(k)
@@ -473,7 +468,7 @@ def rope_linear_attention(
     if q.shape[-1] % 2:
         raise ValueError(f"RoPE rotates channel pairs: head_dim must be even, got {q.shape[-1]}")
     _check_method(method)
-    _check_positive_int("chunk_size", chunk_size)
+    check_int("chunk_size", chunk_size)
     eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
     phi = feature_map(feature)
     fq, fk = phi(q), phi(k)

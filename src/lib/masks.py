@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from ._validate import check_device as _device
+from ._validate import check_device as _device, check_int
 
 __all__ = ["check_lengths", "relative_positions", "causal_mask", "sliding_window_mask"]
 
@@ -25,38 +25,11 @@ __all__ = ["check_lengths", "relative_positions", "causal_mask", "sliding_window
 _LAYOUT = "tensors are (batch, heads, seq, head_dim): is a (batch, seq, heads, head_dim) tensor passed?"
 
 
-def _int(name: str, value: Any, low: int = 1) -> int:
-    """``value`` as a Python ``int >= low`` (NumPy and 0-d integer tensors too, never a bool), else ``ValueError``."""
-    number = None
-    if not isinstance(value, bool) and "bool" not in type(value).__name__ and not (
-            isinstance(value, torch.Tensor) and value.dtype == torch.bool):
-        try:
-            number = operator.index(value)
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    if number is None or number < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return number
-
-
 def _flag(name: str, value: Any) -> bool:
     """A bool (or 0 / 1), else ``TypeError``."""
     if isinstance(value, bool) or type(value).__name__ == "bool_" or type(value) is int and value in (0, 1):
         return bool(value)
     raise TypeError(f"{name} must be True or False, got {value!r}")
-
-
-def _number(name: str, value: Any) -> float:
-    """A finite real number (not a bool) as a float, else ``TypeError`` / ``ValueError``."""
-    try:
-        if isinstance(value, (bool, str)) or "bool" in type(value).__name__:
-            raise TypeError
-        value = float(value)
-    except (TypeError, ValueError, RuntimeError):
-        raise TypeError(f"{name} must be a real number, got {value!r}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    return value
 
 
 def _as_tensor(name: str, value: Any, device: Optional[torch.device] = None, values: bool = False,
@@ -115,7 +88,7 @@ def check_lengths(q_len: int, k_len: Optional[int] = None) -> int:
     """
     if k_len is None:
         k_len = q_len
-    q_len, k_len = _int("q_len", q_len), _int("k_len", k_len)
+    q_len, k_len = check_int("q_len", q_len), check_int("k_len", k_len)
     if k_len < q_len:
         raise ValueError(
             f"k_len ({k_len}) must be >= q_len ({q_len}): queries are the last q_len key positions"
@@ -186,8 +159,8 @@ def sliding_window_mask(
             [0, 1, 1, 0],
             [0, 0, 1, 1]], dtype=torch.int32)
     """
-    _int("window", window)
-    sinks = _int("sinks", sinks, low=0)
+    check_int("window", window)
+    sinks = check_int("sinks", sinks, low=0)
     causal = _flag("causal", causal)
     rel = relative_positions(q_len, k_len, device=device)
     near = rel.abs() < window

@@ -28,9 +28,9 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._validate import check_int
+from ._validate import check_int, check_number
 from .rope import _cos_sin_tables, _rotate, rope_frequencies
-from .sinusoidal import _float_tensor, _number
+from .sinusoidal import _float_tensor
 
 __all__ = ["rerope_positions", "self_extend_positions", "rerope_attention", "self_extend_attention",
            "streaming_attention"]
@@ -109,7 +109,7 @@ def _two_pass(q, k, v, window, q_far, k_far, *, base, interleaved, inv_freq, rot
         raise ValueError(f"inv_freq must have shape ({rotary_dim // 2},), got {tuple(inv_freq.shape)}")
     sinks = check_int("sinks", sinks, low=0)
     q_pos, k_pos = _query_key_positions(q.shape[2], k.shape[2])
-    scale = 1.0 / math.sqrt(dim) if scale is None else _number(scale, "scale")
+    scale = 1.0 / math.sqrt(dim) if scale is None else check_number("scale", scale)
     rot = dict(inv_freq=inv_freq, interleaved=bool(interleaved), rotary_dim=rotary_dim)
     q_near, k_near = _rotate_part(q, q_pos, **rot), _rotate_part(k, k_pos, **rot)
     q_far, k_far = _rotate_part(q, q_far, **rot), _rotate_part(k, k_far, **rot)

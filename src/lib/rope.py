@@ -40,8 +40,8 @@ from torch import nn
 
 from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
-from ._validate import check_even_dim, check_int
-from .sinusoidal import _align_positions, _float_tensor, _number, _real_tensor, _tensor
+from ._validate import check_even_dim, check_int, check_number
+from .sinusoidal import _align_positions, _float_tensor, _real_tensor, _tensor
 
 __all__ = [
     "rope_frequencies",
@@ -65,7 +65,7 @@ def _check_rope_dim(dim: int) -> None:
 
 
 def _check_base(base: float) -> float:
-    return _number(base, "RoPE base", 1)
+    return check_number("RoPE base", base, 1)
 
 
 def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -230,7 +230,7 @@ def rope_rotation_matrix(
     Returns:
         ``(dim, dim)`` float64 orthogonal matrix.
     """
-    angles = rope_angles(torch.tensor(_number(position, "position"), dtype=torch.float64), dim, base)  # (d/2,)
+    angles = rope_angles(torch.tensor(check_number("position", position), dtype=torch.float64), dim, base)  # (d/2,)
     c, s = angles.cos(), angles.sin()
     half = dim // 2
     first = torch.arange(0, dim, 2) if interleaved else torch.arange(half)
@@ -276,7 +276,7 @@ def _channels(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check_scale(scale: float) -> float:
-    s = _number(scale, "scale factor")
+    s = check_number("scale factor", scale)
     if s < 1:
         raise ValueError("scale factor s = (new context length) / (trained context length) must be >= 1, "
                          f"got {scale!r}")
@@ -375,7 +375,7 @@ def rope_frequencies_yarn(
     _check_rope_dim(dim)
     base, s = _check_base(base), _check_scale(scale)
     check_int("original_max_len", original_max_len)
-    beta_fast, beta_slow = _number(beta_fast, "beta_fast", 0), _number(beta_slow, "beta_slow", 0)
+    beta_fast, beta_slow = check_number("beta_fast", beta_fast, 0), check_number("beta_slow", beta_slow, 0)
     if not beta_slow < beta_fast:
         raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
     theta = rope_frequencies(dim, base)
@@ -398,7 +398,7 @@ def yarn_attention_factor(scale: float) -> float:
     both ``q`` and ``k``) by this factor, so the logits are multiplied by its
     square. Returns 1 for ``0 < s <= 1`` (no extension).
     """
-    scale = _number(scale, "scale factor", 0)
+    scale = check_number("scale factor", scale, 0)
     return 1.0 if scale <= 1 else 0.1 * math.log(scale) + 1.0
 
 
@@ -481,7 +481,7 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         _check_rope_dim(dim)
         self.dim, self.base, self.interleaved = dim, _check_base(base), bool(interleaved)
-        self.attention_factor = _number(attention_factor, "attention_factor", 0)
+        self.attention_factor = check_number("attention_factor", attention_factor, 0)
         with torch.inference_mode(False):  # built under inference_mode, it must still serve autograd
             # A plain attribute, not a buffer: module.half() / .to(dtype) must not round it.
             self.inv_freq = _freqs(dim, base, inv_freq).detach().to("cpu", torch.float64).clone()

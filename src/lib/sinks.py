@@ -30,8 +30,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from ._validate import check_int
 from .attention import _check_qkv, _distance_values, _empty, _relative_inputs, _scaled, _softmax
-from .masks import _int, sliding_window_mask
+from .masks import sliding_window_mask
 
 __all__ = ["sink_attention"]
 
@@ -73,7 +74,7 @@ def sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window:
     slopes, distance_bias, window = _relative_inputs(q, k, v, slopes, distance_bias, window)
     if window is None:
         raise ValueError("sink_attention needs a window >= 1 (without one every key is visible anyway)")
-    sinks = _int("sinks", sinks, low=0)
+    sinks = check_int("sinks", sinks, low=0)
     q, scale = _scaled(q, scale)
     if q.numel() == 0:  # no query
         return _empty(q, k, v, bool(return_weights))

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._validate import check_even_dim, check_int
+from ._validate import check_even_dim, check_int, check_number
 from ._validate import check_float_dtype as _float_dtype
 from .scheme import PositionScheme, register_scheme
 
@@ -43,18 +43,6 @@ Positions = Union[int, torch.Tensor]
 # Argument checks, shared with posenc.rope and posenc.xpos (private): a clear
 # ValueError (TypeError for a wrong kind of object) saying what was expected.
 # ---------------------------------------------------------------------------
-
-
-def _number(value: Any, name: str, low: float = -math.inf, *, inf_ok: bool = False, what: str = "") -> float:
-    """``value`` as a float: a real number (or a one-element real tensor), finite (or ``+inf`` if
-    ``inf_ok``) and ``> low``."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not (value.dtype == torch.bool or value.is_complex()):
-        value = value.item()
-    v = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else math.nan
-    if not (v > low and (math.isfinite(v) or (inf_ok and v == math.inf))):
-        bound = "" if low == -math.inf else f" > {low:g}"
-        raise ValueError(f"{name} must be a {'' if inf_ok else 'finite '}number{bound}{what}, got {value!r}")
-    return v
 
 
 def _tensor(x: Any, name: str) -> torch.Tensor:
@@ -118,7 +106,7 @@ _check_dim = check_even_dim
 
 
 def _check_base(base: float) -> float:
-    return _number(base, "base", 1)
+    return check_number("base", base, 1)
 
 
 def sinusoidal_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -240,7 +228,7 @@ def sinusoidal_shift_matrix(shift: float, dim: int, base: float = 10000.0) -> to
         ``sinusoidal_embedding(m + k) == sinusoidal_embedding(m) @ R_k.T``.
     """
     _check_dim(dim, "sinusoidal_shift_matrix")
-    k = _number(shift, "shift")
+    k = check_number("shift", shift)
     angles = k * sinusoidal_frequencies(dim, base)  # (d/2,)
     c, s = angles.cos(), angles.sin()
     sin_ch = torch.arange(0, dim, 2)
@@ -336,7 +324,7 @@ class SinusoidalPositionalEmbedding(nn.Module):
         _check_dim(dim, "SinusoidalPositionalEmbedding")
         self.dim = dim
         self.base = _check_base(base)
-        self.scale = _number(scale, "scale")
+        self.scale = check_number("scale", scale)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, base={self.base:g}, scale={self.scale:g}"

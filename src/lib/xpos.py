@@ -42,11 +42,11 @@ import torch
 import torch.nn as nn
 
 from ._validate import check_device as _device
-from ._validate import check_even_dim, check_int
+from ._validate import check_even_dim, check_int, check_number
 from .masks import check_lengths, relative_positions
 from .rope import _check_base, _cos_sin_tables, _rotate, rope_frequencies
 from .scheme import PositionScheme, register_scheme
-from .sinusoidal import _align_positions, _float_tensor, _number, _real_tensor
+from .sinusoidal import _align_positions, _float_tensor, _real_tensor
 
 __all__ = [
     "xpos_zeta",
@@ -63,11 +63,11 @@ def _check_dim(dim: int) -> None:
 
 
 def _check_gamma(gamma: float) -> float:
-    return _number(gamma, "xPos gamma", 0)
+    return check_number("xPos gamma", gamma, 0)
 
 
 def _check_scale_base(scale_base: float) -> float:
-    return _number(scale_base, "xPos scale_base", 0, inf_ok=True, what=" (math.inf switches the decay off)")
+    return check_number("xPos scale_base", scale_base, 0, inf_ok=True, what=" (math.inf switches the decay off)")
 
 
 def _check_fits(span: float, gamma: float, scale_base: float, *dtypes: torch.dtype) -> None:
@@ -155,7 +155,7 @@ def xpos_scales(
     positions = _real_tensor(positions, "positions")
     if positions.ndim == 0:
         raise ValueError("positions must have at least one dimension (..., seq), got a single number")
-    center = None if center is None else _number(center, "center")
+    center = None if center is None else check_number("center", center)
     scale = _scales(positions, zeta, scale_base, centered, center, interleaved)
     if scale.device.type != "meta" and not bool(((scale > 0) & (scale < math.inf)).all()):
         raise ValueError(f"xPos factors overflow {scale.dtype}'s range (0 or inf): positions too far from the "

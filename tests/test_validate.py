@@ -1,0 +1,49 @@
+"""The shared argument checks: one rule for integers and one for real numbers, everywhere in posenc."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from posenc._validate import check_int, check_number
+
+
+@given(st.integers(-1000, 1000), st.integers(-5, 5))
+def test_integers_in_every_spelling(value, low):
+    spellings = [value, np.int64(value), np.int32(value), torch.tensor(value)]
+    for spelled in spellings:
+        if value >= low:
+            got = check_int("n", spelled, low)
+            assert got == value and type(got) is int
+        else:
+            with pytest.raises(ValueError, match=f"n must be an integer >= {low}"):
+                check_int("n", spelled, low)
+
+
+@pytest.mark.parametrize("bad", [True, False, np.bool_(True), torch.tensor(True), 2.0, 2.5, "2", None, torch.tensor([2, 3]),
+                                 torch.tensor(2.0)])
+def test_not_integers(bad):
+    with pytest.raises(ValueError, match="window must be an integer >= 1"):
+        check_int("window", bad)
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([-math.inf, 0.0, 1.0]), st.booleans())
+def test_real_numbers(value, low, inf_ok):
+    ok = (value > low) and (math.isfinite(value) or (inf_ok and value == math.inf))
+    for spelled in (value, np.float32(value) if math.isfinite(value) and abs(value) < 1e38 else value,
+                    torch.tensor(value, dtype=torch.float64)):
+        if ok and float(spelled) > low:
+            assert check_number("base", spelled, low, inf_ok=inf_ok) == float(spelled)
+        elif not ok:
+            with pytest.raises(ValueError, match="base must be a"):
+                check_number("base", spelled, low, inf_ok=inf_ok)
+
+
+@pytest.mark.parametrize("bad", [True, np.bool_(False), "0.5", None, [0.5], torch.tensor([0.5, 1.0]),
+                                 torch.tensor(1 + 1j), torch.tensor(True)])
+def test_not_real_numbers(bad):
+    with pytest.raises(ValueError, match=r"scale must be a finite number > 0 \(the words\), got"):
+        check_number("scale", bad, 0, what=" (the words)")
