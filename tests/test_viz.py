@@ -65,14 +65,15 @@ def test_interactive_errors():
 def test_book_renderer_bundle(monkeypatch):
     fig = pe.viz.heatmap(torch.eye(3))
     renderer = pio.renderers["posenc"]
-    for static in ("", "1"):  # the JSON also on the website build: the executed notebooks offered for download
-        monkeypatch.setenv(pe.viz.STATIC_ENV, static)
-        bundle = renderer.to_mimebundle(fig.to_dict())
-        assert set(bundle) == {"application/vnd.plotly.v1+json", "text/html"}
+    monkeypatch.delenv(pe.viz.STATIC_ENV, raising=False)
+    bundle = renderer.to_mimebundle(fig.to_dict())
+    assert set(bundle) == {"application/vnd.plotly.v1+json", "text/html"}
     html = bundle["text/html"]
     assert "Plotly.newPlot" in html and "<script src" not in html  # plotly.js comes from the page
     assert 'class="plotly-graph-div"' in html and "DOMContentLoaded" in html  # drawn once deferred plotly.js ran
     assert '"histogram2dcontour"' not in html  # template styles only for the trace types it has
+    monkeypatch.setenv(pe.viz.STATIC_ENV, "1")
+    assert set(renderer.to_mimebundle(fig.to_dict())) == {"text/html"}
 
 
 def test_figure_html_fits_narrow_screens_and_escapes_the_data():
@@ -85,8 +86,10 @@ def test_figure_html_fits_narrow_screens_and_escapes_the_data():
 
 def test_log_axes_have_readable_ticks():
     fig = pe.viz.curves([1, 10, 100], {"a": [0.01, 0.1, 1]}, log_x=True, log_y=True)
-    for axis in (fig.layout.xaxis, fig.layout.yaxis):
-        assert axis.exponentformat == "power" and axis.minorloglabels == "complete"
+    for axis in (fig.layout.xaxis, fig.layout.yaxis):  # two decades: 0.01, 0.02, 0.05, 0.1 ... not "2", "5"
+        assert (axis.exponentformat, axis.minorloglabels, axis.dtick) == ("none", "complete", "D2")
+    wide = pe.viz.curves([1, 2], {"a": [1e-6, 1]}, log_y=True).layout.yaxis  # six decades: 10^-6 ... 1
+    assert (wide.exponentformat, wide.minorloglabels, wide.dtick) == ("power", "none", None)
     own = go.Figure(go.Scatter(x=[1, 2], y=[1, 2])).update_yaxes(type="log", exponentformat="e")
     assert pe.viz.readable_log_axes(own).layout.yaxis.exponentformat == "e"  # a figure's own choice stays
     assert pe.viz.readable_log_axes(own).layout.xaxis.exponentformat is None  # linear axes untouched
@@ -103,7 +106,7 @@ def test_slider_steps_carry_every_label_they_change():
     assert (ratio["yaxis.title.text"], mib["yaxis.title.text"]) == ("ratio axis", "MiB axis")
     assert (ratio["yaxis.type"], mib["yaxis.type"]) == ("log", None)  # None: back to a linear axis
     assert len(ratio["shapes"]) == 1 and mib["shapes"] == []
-    assert ratio["yaxis.exponentformat"] == "power" and mib["yaxis.exponentformat"] is None
+    assert ratio["yaxis.exponentformat"] == "none" and mib["yaxis.exponentformat"] is None
     assert mib["yaxis.range"] == [-5, 105] and ratio["yaxis.range"] == pytest.approx([-0.0239, 0.5010], abs=1e-3)
 
 

@@ -24,6 +24,7 @@ link to the repository.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -143,19 +144,44 @@ def _plotly_where_needed(app, pagename, templatename, context, doctree) -> None:
     scripts.append(_JavaScript(f"_static/{VENDOR}/plotly.min.js", priority=100, defer="defer"))
 
 
+_FIGURE_CALL = re.compile(r'posencPlot\("posenc-[0-9a-f]+", ')
+
+
+def with_plotly_json(notebook: str) -> str:
+    """An executed notebook whose figures also carry plotly's JSON.
+
+    The website build emits figures as HTML only (``posenc.viz``); JupyterLab and
+    VS Code draw plotly's own mime type, rebuilt here from the figure in the HTML.
+    """
+    nb = json.loads(notebook)
+    decoder = json.JSONDecoder()
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            html = data.get("text/html")
+            html = "".join(html) if isinstance(html, list) else html
+            match = _FIGURE_CALL.search(html or "")
+            if match and "application/vnd.plotly.v1+json" not in data:
+                figure, _ = decoder.raw_decode(html, match.end())
+                data["application/vnd.plotly.v1+json"] = {"data": figure.get("data", []),
+                                                          "layout": figure.get("layout", {}), "config": {}}
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
 def _executed_download(app, pagename, templatename, context, doctree) -> None:
     # The notebook as executed by this build (myst-nb writes it beside the site),
     # offered in the page's download menu next to the clean one.
     executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
-    if not context.get("ipynb_source") or not executed.exists():
+    if not executed.exists():
         return
     name = f"{EXECUTED}/{pagename}-with-outputs.ipynb"
     target = Path(app.outdir) / name
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(executed, target)
+    target.write_text(with_plotly_json(executed.read_text(encoding="utf8")), encoding="utf8")
     for group in context.get("header_buttons") or []:
         if group.get("label") == "download-buttons":
-            clean = [i for i, b in enumerate(group["buttons"]) if b.get("label") == "download-notebook-button"]
+            clean = [i for i, b in enumerate(group["buttons"])
+                     if b.get("label") in ("download-notebook-button", "download-source-button")]
             group["buttons"].insert(clean[0] + 1 if clean else 0, {
                 "type": "link",
                 "url": context["pathto"](name, 1),

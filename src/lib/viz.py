@@ -60,8 +60,14 @@ SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "triangle-down", "
 _FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 _CONFIG = {"displaylogo": False, "responsive": True,
            "modeBarButtonsToRemove": ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d"]}
-# Log axes: ticks as powers of ten (not "100μ"), minor ticks with complete labels (not a bare "3").
-_LOG_AXIS = dict(exponentformat="power", minorloglabels="complete")
+_LOG_KEYS = ("exponentformat", "minorloglabels", "dtick")
+
+
+def _log_ticks(decades: Optional[float]) -> Dict[str, Any]:
+    """Tick labels of a log axis spanning ``decades``: never a bare "3" for 0.03, nor "100μ"."""
+    if decades is not None and decades <= 3.5:  # plain numbers: 0.02, 0.05, 0.1, 0.2 ...
+        return dict(exponentformat="none", minorloglabels="complete", dtick="D2" if decades > 1 else None)
+    return dict(exponentformat="power", minorloglabels="none")  # 10^-6, 10^-5 ... unlabelled minor ticks
 
 pio.templates["posenc"] = go.layout.Template(
     layout=dict(
@@ -175,15 +181,19 @@ def _axis_names(layout: Any) -> list:
 
 
 def readable_log_axes(fig: go.Figure) -> go.Figure:
-    """Give every log axis of ``fig`` readable tick labels (powers of ten, complete minor labels).
+    """Give every log axis of ``fig`` readable tick labels.
 
-    Settings the figure already has are kept. :func:`curves`, :func:`slider_figure`
-    and the book's renderer call it, so every figure of the book gets it.
+    Up to 3.5 decades the ticks are plain numbers (0.02, 0.05, 0.1 ...), beyond
+    that powers of ten with unlabelled minor ticks. Settings the figure already
+    has are kept. :func:`curves`, :func:`slider_figure` and the book's renderer
+    call it, so every figure of the book gets it.
     """
     for name in _axis_names(fig.layout):
         axis = fig.layout[name]
         if axis.type == "log":
-            axis.update({k: v for k, v in _LOG_AXIS.items() if axis[k] is None})
+            extent = list(axis.range) if axis.range is not None else _data_range(fig, name, True)
+            ticks = _log_ticks(None if extent is None else extent[1] - extent[0])
+            axis.update({k: v for k, v in ticks.items() if axis[k] is None and v is not None})
     return fig
 
 
@@ -195,14 +205,14 @@ def _format_value(value: Any) -> str:
 
 def _step_layout(fig: go.Figure) -> Dict[str, Any]:
     """The layout a slider step may change, as ``plotly.relayout`` keys."""
+    readable_log_axes(fig)
     state: Dict[str, Any] = {"title.text": fig.layout.title.text}
     for name in _axis_names(fig.layout):
         axis = fig.layout[name]
         state[f"{name}.title.text"] = axis.title.text
         state[f"{name}.type"] = axis.type
         state[f"{name}.range"] = None if axis.range is None else list(axis.range)
-        if axis.type == "log":
-            state.update({f"{name}.{k}": axis[k] or v for k, v in _LOG_AXIS.items()})
+        state.update({f"{name}.{k}": axis[k] for k in _LOG_KEYS if axis[k] is not None})
     for key in ("shapes", "annotations"):
         state[key] = [item.to_plotly_json() for item in fig.layout[key]]
     return state
@@ -458,7 +468,7 @@ _FIGURE_JS = r"""window.posencPlot = window.posencPlot || (function () {
     });
     return names.length ? rows : 0;
   }
-  function layoutFor(fig, w, active) {
+  function layoutFor(fig, w, active, out) {
     var L = JSON.parse(JSON.stringify(fig.layout)), narrow = w < NARROW, size = narrow ? 13 : 15;
     var m = L.margin = L.margin || {}, slider = L.sliders && L.sliders[0], steps = slider ? slider.steps || [] : [];
     var room = 0.96 * w - (narrow ? 16 : 170), lines = 0, h0 = L.height || 450, t0 = m.t === undefined ? 50 : m.t;
@@ -474,19 +484,33 @@ _FIGURE_JS = r"""window.posencPlot = window.posencPlot || (function () {
       var u = steps[active] && steps[active].args && steps[active].args[1];
       if (u) Object.keys(u).forEach(function (k) { set(L, k, u[k]); });
     }
-    if (lines > 1 || narrow) {
-      Object.assign(title, {yref: "container", y: 1, yanchor: "top", pad: {t: 10}});
-      m.t = Math.max(lines ? 22 + Math.round(lines * size * 1.3) : 20, lines > 1 ? 0 : Math.min(t0, 46));
+    if (lines > 1) m.t = 24 + Math.round(lines * size * 1.35);  // the title sits in the middle of the top margin
+    var heat = narrow && fig.data.some(function (t) { return t.type === "heatmap" && t.showscale !== false; });
+    if (heat) {  // a phone: the colour bar lies above the plot, under the title
+      var block = m.t === undefined ? t0 : m.t;
+      m.t = block + 44;
+      Object.assign(title, {yref: "container", yanchor: "middle"});
     }
     L.height = h0 + (m.t === undefined ? 0 : m.t - t0);
+    if (heat) { title.y = 1 - block / 2 / L.height; out.colorbarY = 1 - (block - 4) / L.height; }
     if (!narrow) return L;
     m.l = Math.min(m.l === undefined ? 60 : m.l, 48);
     m.r = Math.min(m.r === undefined ? 20 : m.r, 8);
-    Object.keys(L).forEach(function (k) { if (/^[xy]axis\d*$/.test(k)) L[k].automargin = true; });
+    Object.keys(L).forEach(function (k) {
+      if (!/^[xy]axis\d*$/.test(k)) return;
+      var t = L[k].title = typeof L[k].title === "object" && L[k].title ? L[k].title : {text: L[k].title};
+      t.font = Object.assign({}, t.font, {size: 12});
+      if (k[0] === "x") t.text = wrap(t.text, 12, w - 70);
+      L[k].automargin = true;
+    });
     (L.sliders || []).forEach(function (s) {
-      Object.assign(s, {x: 0, len: 1, font: {size: 10}});
+      var labels = (s.steps || []).map(function (step) { return textWidth(step.label, 10) + 6; });
+      var gap = (w - 70) / Math.max(1, labels.length - 1), crowded = labels.some(function (lw, i) {
+        return (i && (lw + labels[i - 1]) / 2 > gap) || ((i === 0 || i === labels.length - 1) && lw / 2 > 24);
+      });  // crowded tick labels are hidden: the current value is written above the rail
+      Object.assign(s, {x: 0, len: 1, font: {size: 10, color: crowded ? "rgba(0,0,0,0)" : "#444"}});
       s.pad = Object.assign({}, s.pad, {l: 0, r: 0});
-      s.currentvalue = Object.assign({}, s.currentvalue, {font: {size: 12}});
+      s.currentvalue = Object.assign({}, s.currentvalue, {font: {size: 12, color: "#222"}});
     });
     var sets = steps.length ? steps.map(function (s) { return s.args[0].visible; }) : [null];
     var rows = 0;
@@ -495,7 +519,7 @@ _FIGURE_JS = r"""window.posencPlot = window.posencPlot || (function () {
         var shown = visible ? visible[i] : t.visible !== false;
         return shown && t.name && t.showlegend !== false;
       }).map(function (t) { return t.name; });
-      if (names.length > 1 || (names.length && L.showlegend)) rows = Math.max(rows, legendRows(names, w - 16));
+      if (names.length && (fig.data.length > 1 || L.showlegend || fig.data.some(function (t) { return t.showlegend; }))) rows = Math.max(rows, legendRows(names, w - 16));
     });
     if (rows) {
       var lh = rows * 20 + 8, b0 = slider ? 120 : (m.b === undefined ? 50 : m.b);
@@ -506,11 +530,14 @@ _FIGURE_JS = r"""window.posencPlot = window.posencPlot || (function () {
     }
     return L;
   }
-  function dataFor(data, w) {
-    var narrow = w < NARROW;
-    data.forEach(function (t) {
-      if (t.type === "heatmap" && t.showscale !== false)
-        t.colorbar = Object.assign({}, t.colorbar, {thickness: narrow ? 10 : 30, tickfont: {size: narrow ? 10 : 13}});
+  function dataFor(f, data, out) {
+    f.colorbars = f.colorbars || data.map(function (t) { return JSON.stringify(t.colorbar || {}); });
+    data.forEach(function (t, i) {
+      if (t.type !== "heatmap" || t.showscale === false) return;
+      t.colorbar = JSON.parse(f.colorbars[i]);
+      if (out.colorbarY !== undefined) Object.assign(t.colorbar, {
+        orientation: "h", len: 1, thickness: 10, x: 0.5, xanchor: "center", yref: "container", y: out.colorbarY,
+        yanchor: "top", tickfont: {size: 10}, title: Object.assign({}, t.colorbar.title, {side: "right", font: {size: 11}})});
     });
     return data;
   }
@@ -531,7 +558,7 @@ _FIGURE_JS = r"""window.posencPlot = window.posencPlot || (function () {
     var s = gd.layout && gd.layout.sliders && gd.layout.sliders[0], s0 = f.fig.layout.sliders && f.fig.layout.sliders[0];
     var active = s ? s.active || 0 : (s0 ? s0.active || 0 : null);
     var config = Object.assign({}, f.config, {displayModeBar: w < NARROW ? false : "hover"});
-    var layout = layoutFor(f.fig, w, active), data = dataFor(first ? f.fig.data : gd.data, w);
+    var out = {}, layout = layoutFor(f.fig, w, active, out), data = dataFor(f, first ? f.fig.data : gd.data, out);
     gd.style.height = layout.height + "px";
     return (first ? Plotly.newPlot(gd, data, layout, config) : Plotly.react(gd, data, layout, config))
       .then(function () { return fit(gd); });
@@ -575,13 +602,14 @@ def _figure_html(fig: go.Figure) -> str:
 class _BookRenderer(MimetypeRenderer):
     """plotly JSON for notebook front ends plus an HTML div for the website.
 
-    The website shows the HTML; the JSON is what JupyterLab, VS Code and a
-    notebook downloaded from the website (with its outputs) show.
+    While the website is built (``$POSENC_STATIC``) only the HTML is emitted:
+    the site's pages have no use for the JSON copy (the book's extension puts
+    it back, from the HTML, into the executed notebooks it offers for download).
     """
 
     def to_mimebundle(self, fig_dict):
         fig = readable_log_axes(go.Figure(fig_dict))
-        bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
+        bundle = {} if is_static() else pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
         bundle["text/html"] = _figure_html(fig)
         return bundle
 
