@@ -301,5 +301,5 @@ def test_chapters_offer_their_executed_notebook():
         nb = json.loads(target.read_text())
         outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
         assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs), target
-        texts = "".join("".join(o.get("text", "")) for o in outputs)
+        texts = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")) for o in outputs)
         assert not re.search(r"\b0%\|", texts), f"{target}: a progress bar saved at 0%"

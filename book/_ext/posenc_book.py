@@ -138,10 +138,39 @@ def _static_path(app, config) -> None:
 def _plotly_where_needed(app, pagename, templatename, context, doctree) -> None:
     # plotly.js (1.5 MB) only on pages with figures, deferred: the text paints
     # first, and the figures' scripts draw once it has run (before DOMContentLoaded).
-    if "plotly-graph-div" not in (context.get("body") or ""):
-        return
+    # MathJax (1.2 MB) only on pages with math.
+    body = context.get("body") or ""
     scripts = context.setdefault("script_files", [])
-    scripts.append(_JavaScript(f"_static/{VENDOR}/plotly.min.js", priority=100, defer="defer"))
+    if 'class="math' not in body:
+        scripts[:] = [s for s in scripts if "mathjax" not in str(getattr(s, "filename", s) or "")]
+    if "plotly-graph-div" in body:
+        scripts.append(_JavaScript(f"_static/{VENDOR}/plotly.min.js", priority=100, defer="defer"))
+
+
+_FONTAWESOME_JS = re.compile(r'\s*<(?:script defer|link rel="preload" as="script")[^>]*scripts/fontawesome\.js[^>]*>(?:</script>)?')
+_SEARCH_INDEX = re.compile(r'<script src="([^"]*)searchindex\.js"></script>')
+_LAZY_SEARCH_INDEX = (  # the index (120 kB) is fetched when a search box gets the focus
+    '<script>document.addEventListener("focusin", function load(e) {{'
+    ' if (!e.target.matches || !e.target.matches("input[type=search], input[name=q]")) return;'
+    ' document.removeEventListener("focusin", load); var s = document.createElement("script");'
+    ' s.src = "{}searchindex.js"; document.head.appendChild(s); }});</script>')
+
+
+def _lighten_pages(app, exception) -> None:
+    # The theme's icons are drawn by its CSS web font; its Font Awesome script (1.5 MB,
+    # on every page) only redraws them as SVG: left out. The search index is loaded
+    # when it is needed, not by every page.
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        if "_static" in page.relative_to(app.outdir).parts:
+            continue
+        html = page.read_text(encoding="utf8")
+        light = _FONTAWESOME_JS.sub("", html)
+        if page.name != "search.html":
+            light = _SEARCH_INDEX.sub(lambda m: _LAZY_SEARCH_INDEX.format(m.group(1)), light)
+        if light != html:
+            page.write_text(light, encoding="utf8")
 
 
 _FIGURE_CALL = re.compile(r'posencPlot\("posenc-[0-9a-f]+", ')
@@ -237,6 +266,7 @@ def setup(app):
     app.connect("html-page-context", _executed_download, priority=600)  # after the theme's buttons (501)
     app.connect("html-page-context", _plotly_where_needed, priority=800)
     app.connect("build-finished", _copy_assets)
+    app.connect("build-finished", _lighten_pages)
     app.connect("build-finished", _write_redirect, priority=400)  # before sphinx-external-toc's (500)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
