@@ -8,7 +8,9 @@ No request may leave the machine: plotly.js, MathJax and fonts are local.
 from __future__ import annotations
 
 import functools
+import gzip
 import http.server
+import io
 import os
 import re
 import shutil
@@ -50,8 +52,28 @@ def server():
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the site as static hosts do (GitHub Pages, Netlify, nginx's gzip_static): text gzip-compressed."""
+
+    COMPRESSED = (".html", ".js", ".css", ".svg", ".json", ".ipynb", ".txt", ".map")
+    _cache: dict = {}
+
     def log_message(self, *args):
         pass
+
+    def send_head(self):
+        path = Path(self.translate_path(self.path))
+        if (not path.is_file() or not path.name.endswith(self.COMPRESSED)
+                or "gzip" not in self.headers.get("Accept-Encoding", "")):
+            return super().send_head()
+        if path not in self._cache:
+            self._cache[path] = gzip.compress(path.read_bytes(), compresslevel=6)
+        body = self._cache[path]
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        return io.BytesIO(body)
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +95,8 @@ def browser():
 class Visit:
     """A page opened in a fresh context, with its console errors and outside requests."""
 
-    def __init__(self, browser, server, path):
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+    def __init__(self, browser, server, path, viewport=(1280, 900)):
+        self.context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         self.page = self.context.new_page()
         self.errors, self.outside = [], []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
@@ -99,8 +121,8 @@ class Visit:
 def visit(browser, server):
     opened = []
 
-    def _open(path):
-        v = Visit(browser, server, path)
+    def _open(path, viewport=(1280, 900)):
+        v = Visit(browser, server, path, viewport)
         opened.append(v)
         return v
 
@@ -198,3 +220,112 @@ def test_exercise_answers_stay_hidden_until_the_solution_is_opened(visit, path):
         toggles.nth(i).click()
     page.wait_for_timeout(200)
     assert all(answers.nth(i).is_visible() for i in range(answers.count())), f"{path}: an answer does not open"
+
+
+# --- Every screen, light and fast ---------------------------------------------------------------------------
+
+PHONE, DESKTOP = (390, 844), (1366, 900)
+TEXT_ONLY_BYTES, CHAPTER_BYTES, FIRST_PAINT_MS = 1_000_000, 2_500_000, 1500
+
+_FIGURES_DRAWN = ("() => [...document.querySelectorAll('div.plotly-graph-div')]"
+                  ".every(d => d._fullLayout && d.querySelector('svg.main-svg'))")
+
+
+@pytest.mark.parametrize("path", PAGES or ["index.html"])
+def test_no_page_is_wider_than_a_phone(visit, path):
+    v = visit(path, PHONE)
+    v.page.wait_for_function(_FIGURES_DRAWN, timeout=20000)
+    v.page.wait_for_timeout(300)
+    wide = v.page.evaluate(
+        """() => [...document.querySelectorAll('body *')].filter(e => {
+                 const r = e.getBoundingClientRect(); if (!r.width || r.right <= innerWidth + 1) return false;
+                 for (let p = e.parentElement; p; p = p.parentElement) {   // inside a scrolling box: fine
+                     const o = getComputedStyle(p).overflowX;
+                     if ((o === 'auto' || o === 'scroll' || o === 'hidden') && p.getBoundingClientRect().right <= innerWidth + 1)
+                         return false;
+                 }
+                 return getComputedStyle(e).visibility !== 'hidden';
+             }).slice(0, 5).map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 40))""")
+    width = v.page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= PHONE[0] and wide == [], f"{path} is {width} px wide on a phone: {wide}"
+    assert v.errors == []
+
+
+@pytest.mark.parametrize("path", CHAPTERS or ["chapters/none.html"])
+def test_figures_fit_a_phone(visit, path):
+    """At 390 px: plot areas >= 250 px, slider rails >= 200 px, titles inside their figure, no mode bar."""
+    v = visit(path, PHONE)
+    page = v.page
+    page.wait_for_function(_FIGURES_DRAWN, timeout=20000)
+    page.wait_for_timeout(500)
+    figures = page.evaluate(
+        """() => [...document.querySelectorAll('div.plotly-graph-div')].map(d => {
+                 const box = d.getBoundingClientRect(), title = d.querySelector('g.g-gtitle text');
+                 const t = title ? title.getBoundingClientRect() : null;
+                 const bar = d.querySelector('.modebar');
+                 return {width: box.width, plot: d._fullLayout._size.w,
+                         rails: [...d.querySelectorAll('rect.slider-rail-rect')].map(r => r.getBoundingClientRect().width),
+                         title: t ? [t.left - box.left, box.right - t.right] : null,
+                         modebar: !!(bar && bar.getBoundingClientRect().width),
+                         text: title ? title.textContent.slice(0, 40) : ''};
+             })""")
+    assert figures
+    for index, f in enumerate(figures):
+        where = f"{path}, figure {index} ({f['text']!r})"
+        assert f["plot"] >= 250, f"{where}: plot area {f['plot']:.0f} px wide in a {f['width']:.0f} px figure"
+        assert all(r >= 200 for r in f["rails"]), f"{where}: slider rail {f['rails']} px"
+        assert f["title"] is None or min(f["title"]) >= -1, f"{where}: title overflows its figure {f['title']}"
+        assert not f["modebar"], f"{where}: mode bar shown on a phone"
+    assert v.errors == []
+
+
+def _weight_and_first_paint(page):
+    """Bytes over the wire (gzip, as static hosts send them), bytes once decoded, first contentful paint (ms)."""
+    return page.evaluate(
+        """() => {
+             const entries = [performance.getEntriesByType('navigation')[0], ...performance.getEntriesByType('resource')];
+             const bytes = entries.reduce((sum, e) => sum + (e.transferSize || e.encodedBodySize || 0), 0);
+             const decoded = entries.reduce((sum, e) => sum + (e.decodedBodySize || 0), 0);
+             const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+             return {bytes, decoded, fcp: fcp ? fcp.startTime : null};
+         }""")
+
+
+@pytest.mark.parametrize("path", PAGES or ["index.html"])
+def test_pages_are_light_and_paint_fast(visit, path):
+    """Bytes on the wire (gzip, as static hosts serve the site) within the goals, first paint within 1.5 s,
+    plotly.js only on pages with figures and never blocking the first paint."""
+    v = visit(path, DESKTOP)
+    page = v.page
+    figures = page.locator("div.plotly-graph-div").count()
+    if figures:
+        page.wait_for_function(_FIGURES_DRAWN, timeout=20000)
+    page.wait_for_timeout(500)
+    measured = _weight_and_first_paint(page)
+    limit = CHAPTER_BYTES if path.startswith("chapters/") else TEXT_ONLY_BYTES
+    assert measured["bytes"] <= limit, (f"{path} loads {measured['bytes'] / 1e6:.2f} MB "
+                                       f"({measured['decoded'] / 1e6:.2f} MB decoded; limit {limit / 1e6:g} MB)")
+    if path != "index.html":  # the redirect page paints nothing of its own
+        assert measured["fcp"] is not None and measured["fcp"] <= FIRST_PAINT_MS, f"{path}: first paint {measured}"
+    plotly = page.evaluate("() => [...document.scripts].filter(s => /plotly[^/]*\\.js/.test(s.src))"
+                           ".map(s => ({defer: s.defer, async: s.async, head: s.parentElement.tagName}))")
+    assert (len(plotly) == 1) == bool(figures), f"{path}: plotly.js {plotly} with {figures} figures"
+    assert all(s["defer"] or s["async"] for s in plotly), f"{path}: plotly.js blocks the first paint"
+    assert v.errors == [] and v.outside == []
+
+
+def test_chapters_offer_their_executed_notebook():
+    if not CHAPTERS:
+        _missing(f"no built site at {SITE}")
+    for path in CHAPTERS:
+        html = (SITE / path).read_text()
+        links = re.findall(r'href="([^"]*-with-outputs\.ipynb)"', html)
+        assert links, f"{path} offers no executed notebook"
+        target = (SITE / path).parent / links[0]
+        import json
+
+        nb = json.loads(target.read_text())
+        outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+        assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs), target
+        texts = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")) for o in outputs)
+        assert not re.search(r"\b0%\|", texts), f"{target}: a progress bar saved at 0%"

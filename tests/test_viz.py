@@ -70,8 +70,72 @@ def test_book_renderer_bundle(monkeypatch):
     assert set(bundle) == {"application/vnd.plotly.v1+json", "text/html"}
     html = bundle["text/html"]
     assert "Plotly.newPlot" in html and "<script src" not in html  # plotly.js comes from the page
+    assert 'class="plotly-graph-div"' in html and "DOMContentLoaded" in html  # drawn once deferred plotly.js ran
+    assert '"histogram2dcontour"' not in html  # template styles only for the trace types it has
     monkeypatch.setenv(pe.viz.STATIC_ENV, "1")
     assert set(renderer.to_mimebundle(fig.to_dict())) == {"text/html"}
+
+
+def test_figure_html_fits_narrow_screens_and_escapes_the_data():
+    fig = pe.viz.curves(torch.arange(3), {"</script><b>": torch.ones(3), "b": torch.zeros(3)}, title="t")
+    html = pio.renderers["posenc"].to_mimebundle(fig.to_dict())["text/html"]
+    assert html.count("</script>") == 1  # the trace name cannot close the script
+    for narrow in ('orientation: "h"', "displayModeBar", "len: 1", "wrap("):
+        assert narrow in html
+
+
+def test_log_axes_have_readable_ticks():
+    fig = pe.viz.curves([1, 10, 100], {"a": [0.01, 0.1, 1]}, log_x=True, log_y=True)
+    for axis in (fig.layout.xaxis, fig.layout.yaxis):  # two decades: 0.01, 0.02, 0.05, 0.1 ... not "2", "5"
+        assert (axis.exponentformat, axis.minorloglabels, axis.dtick) == ("none", "complete", "D2")
+    wide = pe.viz.curves([1, 2], {"a": [1e-6, 1]}, log_y=True).layout.yaxis  # six decades: 10^-6 ... 1
+    assert (wide.exponentformat, wide.minorloglabels, wide.dtick) == ("power", "none", None)
+    own = go.Figure(go.Scatter(x=[1, 2], y=[1, 2])).update_yaxes(type="log", exponentformat="e")
+    assert pe.viz.readable_log_axes(own).layout.yaxis.exponentformat == "e"  # a figure's own choice stays
+    assert pe.viz.readable_log_axes(own).layout.xaxis.exponentformat is None  # linear axes untouched
+
+
+def test_slider_steps_carry_every_label_they_change():
+    def fig(unit):
+        f = pe.viz.curves([1, 2, 3], {"a": [1, 2, 3] if unit == "ratio" else [0, 50, 100]},
+                          title=f"in {unit}", ylabel=f"{unit} axis", log_y=unit == "ratio")
+        return f.add_hline(y=1) if unit == "ratio" else f
+    slider = pe.viz.slider_figure(fig, ["ratio", "MiB"], name="unit").layout.sliders[0]
+    ratio, mib = (step.args[1] for step in slider.steps)
+    assert all(step.method == "update" for step in slider.steps)
+    assert (ratio["yaxis.title.text"], mib["yaxis.title.text"]) == ("ratio axis", "MiB axis")
+    assert (ratio["yaxis.type"], mib["yaxis.type"]) == ("log", None)  # None: back to a linear axis
+    assert len(ratio["shapes"]) == 1 and mib["shapes"] == []
+    assert ratio["yaxis.exponentformat"] == "none" and mib["yaxis.exponentformat"] is None
+    assert mib["yaxis.range"] == [-5, 105] and ratio["yaxis.range"] == pytest.approx([-0.0239, 0.5010], abs=1e-3)
+
+
+def test_slider_fixes_axis_ranges_over_all_steps():
+    fig = pe.viz.slider_figure(_fig, [1, 2, 3], name="slope", active=0)
+    ranges = [step.args[1]["yaxis.range"] for step in fig.layout.sliders[0].steps]
+    assert ranges == [pytest.approx([-0.6, 12.6])] * 3  # 0..12 over all the steps, padded 5%
+    assert fig.layout.yaxis.range == pytest.approx((-0.6, 12.6))
+    assert all(step.args[1]["yaxis.autorange"] is False for step in fig.layout.sliders[0].steps)
+    assert fig.layout.sliders[0].steps[0].args[1]["xaxis.range"] == [0, 4]  # lines only: no padding in x
+    free = pe.viz.slider_figure(_fig, [1, 2, 3], name="slope", fixed_ranges=False)
+    assert "yaxis.range" not in free.layout.sliders[0].steps[0].args[1] and free.layout.yaxis.range is None
+    own = pe.viz.slider_figure(lambda v: _fig(v).update_yaxes(range=[0, v]), [1, 2], name="v")
+    assert [s.args[1]["yaxis.range"] for s in own.layout.sliders[0].steps] == [[0, 1], [0, 2]]  # a step's own range
+
+
+def test_slider_leaves_heatmap_axes_alone():
+    fig = pe.viz.slider_figure(lambda n: pe.viz.heatmap(torch.eye(n)), [2, 3], name="n")
+    assert all("yaxis.range" not in step.args[1] for step in fig.layout.sliders[0].steps)
+    assert fig.layout.yaxis.autorange == "reversed"
+
+
+def test_curves_styles_tell_curves_apart_without_colour():
+    fig = pe.viz.curves([1, 2], {"a": [1, 2], "b": [2, 3]}, mode="lines+markers",
+                        styles={"a": {"color": "#000000", "dash": "dash", "symbol": "square"}})
+    a, b = fig.data
+    assert (a.line.color, a.marker.color, a.line.dash, a.marker.symbol) == ("#000000", "#000000", "dash", "square")
+    assert b.line.dash == "solid" and b.marker.symbol is None
+    assert len(set(pe.viz.SYMBOLS)) == len(pe.viz.SYMBOLS) == len(pe.viz.PALETTE)
 
 
 def test_heatmap_and_curves_validate():

@@ -1,8 +1,15 @@
 """Sphinx extension for the book: serve plotly.js and MathJax from the site itself, link Colab.
 
-* plotly.js comes from the ``plotly`` Python package (the exact version that
-  produced the figures) and is loaded once per page; figures are emitted by
-  ``posenc.viz``'s renderer as ``<div>`` + ``Plotly.newPlot`` calls.
+* plotly.js is the official cartesian-only bundle vendored in ``vendor/``
+  (the same major.minor version as the plotly.js of the ``plotly`` Python
+  package, else that package's full bundle is used). Only pages with figures
+  load it, deferred, so the text paints first; figures are emitted by
+  ``posenc.viz``'s renderer as ``<div>`` + ``Plotly.newPlot`` calls that wait
+  for it.
+* ``static/posenc.css`` fits the pages to a phone (long code wraps, wide
+  blocks scroll).
+* Every executed notebook is offered for download, with its outputs, next to
+  the clean one (the page's download menu).
 * MathJax 3 comes from the ``sphinx-mathjax-offline`` package.
 
 Both are copied into ``_static/vendor/`` so the site needs no network.
@@ -17,15 +24,56 @@ link to the repository.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 import shutil
 from importlib import metadata
 from pathlib import Path
 
 import plotly
+from sphinx.util import logging
 
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+try:
+    from sphinx.builders.html._assets import _JavaScript
+except ImportError:  # Sphinx < 7.2
+    from sphinx.builders.html import JavaScript as _JavaScript
+
+logger = logging.getLogger(__name__)
+HERE = Path(__file__).resolve().parent
+FULL_PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+CARTESIAN_PLOTLY_JS = HERE / "vendor" / "plotly-cartesian.min.js"
 VENDOR = "vendor"
+EXECUTED = "_executed"  # executed notebooks, for download
+
+
+def plotly_js_version(path: Path) -> str:
+    """The version in the header of a plotly.js bundle (``"4.1.1"``)."""
+    with open(path, encoding="utf8") as f:
+        head = f.read(300)
+    match = re.search(r"plotly\.js .*?v(\d+\.\d+\.\d+)", head)
+    if not match:
+        raise ValueError(f"no plotly.js version in the header of {path}")
+    return match.group(1)
+
+
+def _minor(version: str) -> tuple:
+    return tuple(version.split(".")[:2])
+
+
+def plotly_js() -> Path:
+    """The cartesian bundle when it matches the Python package's plotly.js, else the full bundle."""
+    if CARTESIAN_PLOTLY_JS.exists() and (
+        _minor(plotly_js_version(CARTESIAN_PLOTLY_JS)) == _minor(plotly_js_version(FULL_PLOTLY_JS))
+    ):
+        return CARTESIAN_PLOTLY_JS
+    logger.warning(f"{CARTESIAN_PLOTLY_JS.name} does not match plotly.js "
+                   f"{plotly_js_version(FULL_PLOTLY_JS)} of the plotly package; using the full bundle "
+                   "(see book/_ext/vendor/README.md)")
+    return FULL_PLOTLY_JS
+
+
+PLOTLY_JS = plotly_js()
 
 
 def _mathjax_dir() -> Path:
@@ -83,6 +131,96 @@ def _copy_assets(app, exception) -> None:
     shutil.copytree(_mathjax_dir(), target / "mathjax", dirs_exist_ok=True)
 
 
+def _static_path(app, config) -> None:
+    config.html_static_path = [*config.html_static_path, str(HERE / "static")]
+
+
+def _plotly_where_needed(app, pagename, templatename, context, doctree) -> None:
+    # plotly.js (1.5 MB) only on pages with figures, deferred: the text paints
+    # first, and the figures' scripts draw once it has run (before DOMContentLoaded).
+    # MathJax (1.2 MB) only on pages with math.
+    body = context.get("body") or ""
+    scripts = context.setdefault("script_files", [])
+    if 'class="math' not in body:
+        scripts[:] = [s for s in scripts if "mathjax" not in str(getattr(s, "filename", s) or "")]
+    if "plotly-graph-div" in body:
+        scripts.append(_JavaScript(f"_static/{VENDOR}/plotly.min.js", priority=100, defer="defer"))
+
+
+_FONTAWESOME_JS = re.compile(r'\s*<(?:script defer|link rel="preload" as="script")[^>]*scripts/fontawesome\.js[^>]*>(?:</script>)?')
+_SEARCH_INDEX = re.compile(r'<script src="([^"]*)searchindex\.js"></script>')
+_LAZY_SEARCH_INDEX = (  # the index (120 kB) is fetched when a search box gets the focus
+    '<script>document.addEventListener("focusin", function load(e) {{'
+    ' if (!e.target.matches || !e.target.matches("input[type=search], input[name=q]")) return;'
+    ' document.removeEventListener("focusin", load); var s = document.createElement("script");'
+    ' s.src = "{}searchindex.js"; document.head.appendChild(s); }});</script>')
+
+
+def _lighten_pages(app, exception) -> None:
+    # The theme's icons are drawn by its CSS web font; its Font Awesome script (1.5 MB,
+    # on every page) only redraws them as SVG: left out. The search index is loaded
+    # when it is needed, not by every page.
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        if "_static" in page.relative_to(app.outdir).parts:
+            continue
+        html = page.read_text(encoding="utf8")
+        light = _FONTAWESOME_JS.sub("", html)
+        if page.name != "search.html":
+            light = _SEARCH_INDEX.sub(lambda m: _LAZY_SEARCH_INDEX.format(m.group(1)), light)
+        if light != html:
+            page.write_text(light, encoding="utf8")
+
+
+_FIGURE_CALL = re.compile(r'posencPlot\("posenc-[0-9a-f]+", ')
+
+
+def with_plotly_json(notebook: str) -> str:
+    """An executed notebook whose figures also carry plotly's JSON.
+
+    The website build emits figures as HTML only (``posenc.viz``); JupyterLab and
+    VS Code draw plotly's own mime type, rebuilt here from the figure in the HTML.
+    """
+    nb = json.loads(notebook)
+    decoder = json.JSONDecoder()
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            html = data.get("text/html")
+            html = "".join(html) if isinstance(html, list) else html
+            match = _FIGURE_CALL.search(html or "")
+            if match and "application/vnd.plotly.v1+json" not in data:
+                figure, _ = decoder.raw_decode(html, match.end())
+                data["application/vnd.plotly.v1+json"] = {"data": figure.get("data", []),
+                                                          "layout": figure.get("layout", {}), "config": {}}
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def _executed_download(app, pagename, templatename, context, doctree) -> None:
+    # The notebook as executed by this build (myst-nb writes it beside the site),
+    # offered in the page's download menu next to the clean one.
+    executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
+    if not executed.exists():
+        return
+    name = f"{EXECUTED}/{pagename}-with-outputs.ipynb"
+    target = Path(app.outdir) / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(with_plotly_json(executed.read_text(encoding="utf8")), encoding="utf8")
+    for group in context.get("header_buttons") or []:
+        if group.get("label") == "download-buttons":
+            clean = [i for i, b in enumerate(group["buttons"])
+                     if b.get("label") in ("download-notebook-button", "download-source-button")]
+            group["buttons"].insert(clean[0] + 1 if clean else 0, {
+                "type": "link",
+                "url": context["pathto"](name, 1),
+                "text": ".ipynb with outputs",
+                "icon": "fas fa-book-open",
+                "tooltip": "Download the notebook as executed for this page, with its outputs",
+                "label": "download-executed-notebook-button",
+            })
+
+
 def _write_redirect(app, exception) -> None:
     # The site's index.html sends the reader to the first page. sphinx-external-toc
     # writes it as a bare <meta> refresh when it is missing; without a declared icon
@@ -123,8 +261,12 @@ def setup(app):
             raise RuntimeError(f"offline asset missing: {path}; reinstall requirements.txt")
     app.connect("config-inited", _set_paths)
     app.connect("config-inited", _colab_button)
-    app.add_js_file(f"{VENDOR}/plotly.min.js", priority=100)
+    app.connect("config-inited", _static_path)
+    app.add_css_file("posenc.css")
+    app.connect("html-page-context", _executed_download, priority=600)  # after the theme's buttons (501)
+    app.connect("html-page-context", _plotly_where_needed, priority=800)
     app.connect("build-finished", _copy_assets)
+    app.connect("build-finished", _lighten_pages)
     app.connect("build-finished", _write_redirect, priority=400)  # before sphinx-external-toc's (500)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

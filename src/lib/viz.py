@@ -12,14 +12,21 @@
 Importing this module registers a plotly renderer, ``"posenc"``, that emits
 each figure both as plotly's own JSON (for JupyterLab and VS Code) and as a
 small HTML ``<div>`` that uses the page's ``Plotly`` object (for the website,
-which loads plotly.js once per page from a local copy). On Colab, plotly's
-``colab`` renderer is kept.
+which loads plotly.js once per page from a local copy, deferred: the figure is
+drawn when plotly.js arrives). The HTML also fits every figure to its
+container: on a narrow screen (a phone) the legend goes below the plot, titles
+wrap, sliders take the full width and the mode bar is hidden. On Colab,
+plotly's ``colab`` renderer is kept.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import math
 import os
 import sys
+import uuid
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -29,10 +36,12 @@ from plotly.io._base_renderers import MimetypeRenderer
 
 __all__ = [
     "PALETTE",
+    "SYMBOLS",
     "STATIC_ENV",
     "heatmap",
     "curves",
     "slider_figure",
+    "readable_log_axes",
     "interactive",
     "is_static",
     "use_book_renderer",
@@ -46,8 +55,20 @@ PALETTE = [
     "#CC79A7", "#56B4E9", "#F0E442", "#000000",
 ]
 
+#: Marker symbols that, with dash styles, tell curves apart without colour.
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "triangle-down", "star", "cross"]
+
 _FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
-_CONFIG = {"displaylogo": False, "responsive": True}
+_CONFIG = {"displaylogo": False, "responsive": True,
+           "modeBarButtonsToRemove": ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d"]}
+_LOG_KEYS = ("exponentformat", "minorloglabels", "dtick")
+
+
+def _log_ticks(decades: Optional[float]) -> Dict[str, Any]:
+    """Tick labels of a log axis spanning ``decades``: never a bare "3" for 0.03, nor "100μ"."""
+    if decades is not None and decades <= 3.5:  # plain numbers: 0.02, 0.05, 0.1, 0.2 ...
+        return dict(exponentformat="none", minorloglabels="complete", dtick="D2" if decades > 1 else None)
+    return dict(exponentformat="power", minorloglabels="none")  # 10^-6, 10^-5 ... unlabelled minor ticks
 
 pio.templates["posenc"] = go.layout.Template(
     layout=dict(
@@ -119,6 +140,7 @@ def curves(
     log_x: bool = False,
     log_y: bool = False,
     dashes: Optional[Mapping[str, str]] = None,
+    styles: Optional[Mapping[str, Mapping[str, str]]] = None,
     height: int = 400,
 ) -> go.Figure:
     """One or more curves over the same ``x``.
@@ -126,6 +148,8 @@ def curves(
     Args:
         ys: a mapping ``name -> values`` (one legend entry each) or one array.
         dashes: optional ``name -> dash style`` (``"dot"``, ``"dash"``, ...).
+        styles: optional ``name -> {"color", "dash", "symbol"}`` (any of the
+            three), so that curves differ by more than their colour.
     """
     x = _to_numpy(x)
     if not isinstance(ys, Mapping):
@@ -135,8 +159,14 @@ def curves(
         y = _to_numpy(y)
         if y.shape != x.shape:
             raise ValueError(f"curve {name!r} has shape {y.shape}, x has {x.shape}")
-        line = dict(dash=(dashes or {}).get(name, "solid"))
-        fig.add_trace(go.Scatter(x=x, y=y, mode=mode, name=name, line=line,
+        style = dict((styles or {}).get(name, {}))
+        line = dict(dash=style.get("dash", (dashes or {}).get(name, "solid")))
+        marker = {}
+        if "color" in style:
+            line["color"] = marker["color"] = style["color"]
+        if "symbol" in style:
+            marker["symbol"] = style["symbol"]
+        fig.add_trace(go.Scatter(x=x, y=y, mode=mode, name=name, line=line, marker=marker,
                                  showlegend=bool(name)))
     fig.update_layout(template=_TEMPLATE, title=title, height=height,
                       xaxis_title=xlabel, yaxis_title=ylabel)
@@ -144,6 +174,27 @@ def curves(
         fig.update_xaxes(type="log")
     if log_y:
         fig.update_yaxes(type="log")
+    return readable_log_axes(fig)
+
+
+def _axis_names(layout: Any) -> list:
+    return sorted(k for k in layout.to_plotly_json() if k[1:5] == "axis" and k[0] in "xy")
+
+
+def readable_log_axes(fig: go.Figure) -> go.Figure:
+    """Give every log axis of ``fig`` readable tick labels.
+
+    Up to 3.5 decades the ticks are plain numbers (0.02, 0.05, 0.1 ...), beyond
+    that powers of ten with unlabelled minor ticks. Settings the figure already
+    has are kept. :func:`curves`, :func:`slider_figure` and the book's renderer
+    call it, so every figure of the book gets it.
+    """
+    for name in _axis_names(fig.layout):
+        axis = fig.layout[name]
+        if axis.type == "log":
+            extent = list(axis.range) if axis.range is not None else _data_range(fig, name, True)
+            ticks = _log_ticks(None if extent is None else extent[1] - extent[0])
+            axis.update({k: v for k, v in ticks.items() if axis[k] is None and v is not None})
     return fig
 
 
@@ -153,6 +204,59 @@ def _format_value(value: Any) -> str:
     return str(value)
 
 
+def _step_layout(fig: go.Figure) -> Dict[str, Any]:
+    """The layout a slider step may change, as ``plotly.relayout`` keys."""
+    readable_log_axes(fig)
+    state: Dict[str, Any] = {"title.text": fig.layout.title.text}
+    for name in _axis_names(fig.layout):
+        axis = fig.layout[name]
+        state[f"{name}.title.text"] = axis.title.text
+        state[f"{name}.type"] = axis.type
+        state[f"{name}.range"] = None if axis.range is None else list(axis.range)
+        state.update({f"{name}.{k}": axis[k] for k in _LOG_KEYS if axis[k] is not None})
+    for key in ("shapes", "annotations"):
+        state[key] = [item.to_plotly_json() for item in fig.layout[key]]
+    return state
+
+
+def _extent(values: Any, log: bool) -> Optional[tuple]:
+    try:
+        a = np.asarray(_to_numpy(values), dtype=float).ravel()
+    except (TypeError, ValueError):  # categories: no numeric range
+        return None
+    a = a[np.isfinite(a) & (a > 0)] if log else a[np.isfinite(a)]
+    if not a.size:
+        return None
+    return (math.log10(a.min()), math.log10(a.max())) if log else (float(a.min()), float(a.max()))
+
+
+def _data_range(fig: go.Figure, name: str, log: bool) -> Optional[list]:
+    """``[low, high]`` of the data of ``fig`` on axis ``name`` (log10 units on a log axis), padded like plotly."""
+    letter, ref = name[0], name[0] + name[5:]
+    low, high, pad = math.inf, -math.inf, letter == "y"
+    for trace in fig.data:
+        if (trace[f"{letter}axis"] or letter) != ref:
+            continue
+        if trace.type not in ("scatter", "scattergl", "bar"):
+            return None  # a heatmap's axes follow its cells
+        values = trace[letter]
+        if values is None:
+            other = trace["y" if letter == "x" else "x"]
+            values = np.arange(len(other)) if other is not None else []
+        extent = _extent(values, log)
+        if extent is not None:
+            low, high = min(low, extent[0]), max(high, extent[1])
+        if trace.type == "bar" and letter == ("x" if trace.orientation == "h" else "y") and not log:
+            low, high = min(low, 0.0), max(high, 0.0)
+        pad = pad or "markers" in (trace.mode or "")
+    if low > high:
+        return None
+    if fig.layout[name].rangemode == "tozero" and not log:
+        low, high = min(low, 0.0), max(high, 0.0)
+    margin = 0.05 * (high - low) if high > low else (0.5 if log else max(1.0, abs(low)) * 0.05)
+    return [low - margin, high + margin] if pad else [low, high]
+
+
 def slider_figure(
     make_figure: Callable[[Any], go.Figure],
     values: Sequence[Any],
@@ -160,12 +264,18 @@ def slider_figure(
     name: str,
     active: int = 0,
     labels: Optional[Sequence[str]] = None,
+    fixed_ranges: bool = True,
 ) -> go.Figure:
     """Precompute ``make_figure(v)`` for every ``v`` and put them behind one slider.
 
     Each value's traces are added to one figure; the slider shows one value's
-    traces at a time (and its title, if ``make_figure`` sets one). Everything
+    traces at a time, with that value's title, axis titles, axis types, shapes
+    and annotations (each step carries the layout it changes). Everything
     lives in the figure itself, so the slider works on a static web page.
+
+    Axes keep their range from step to step, so that the steps can be compared:
+    a step's own ``range`` is kept, and an axis without one gets the range of the
+    data of every step that shows the same quantity (same axis title and type).
 
     Args:
         make_figure: value -> figure; the layout of ``values[active]`` is used.
@@ -173,6 +283,7 @@ def slider_figure(
         name: the parameter's name shown above the slider.
         active: index of the value shown first.
         labels: tick labels (default: the values).
+        fixed_ranges: ``False`` lets every step fit the axes to its own data.
 
     Returns:
         one :class:`plotly.graph_objects.Figure` with ``layout.sliders[0]``.
@@ -187,6 +298,39 @@ def slider_figure(
         raise ValueError(f"{len(labels)} labels for {len(values)} values")
 
     figures = [make_figure(v) for v in values]
+    states = [_step_layout(fig) for fig in figures]
+    axes = sorted({k[: -len(".range")] for state in states for k in state if k.endswith(".range")})
+    pinned = []  # the range keys every step sets
+    for axis in axes:
+        if not fixed_ranges or any(fig.layout[axis].autorange is not None for fig in figures):
+            continue  # e.g. a heatmap's reversed y axis
+        groups: Dict[Any, list] = {}
+        for index, state in enumerate(states):
+            key = (state.get(f"{axis}.title.text"), state.get(f"{axis}.type"))
+            groups.setdefault(key, []).append(index)
+        for members in groups.values():
+            log = states[members[0]].get(f"{axis}.type") == "log"
+            ranges = [_data_range(figures[i], axis, log) for i in members if states[i][f"{axis}.range"] is None]
+            if None in ranges or not ranges:
+                continue  # a heatmap, categories or nothing to fit: plotly fits each step
+            shared = [min(r[0] for r in ranges), max(r[1] for r in ranges)]
+            for i in members:
+                if states[i][f"{axis}.range"] is None:
+                    states[i][f"{axis}.range"] = shared
+        if any(state[f"{axis}.range"] is not None for state in states):
+            for state in states:
+                state[f"{axis}.autorange"] = state[f"{axis}.range"] is None
+            pinned += [f"{axis}.range", f"{axis}.autorange"]
+    # Each step carries what differs between the steps, and the ranges fixed above.
+    every = list(dict.fromkeys(k for state in states for k in state))
+    keys = [k for k in every if k in pinned
+            or any(json.dumps(st.get(k), default=str) != json.dumps(states[active].get(k), default=str)
+                   for st in states)]
+    if any(k.endswith(".range") and k not in pinned for k in keys):  # ranges differ but were not fixed
+        keys += [k[: -len("range")] + "autorange" for k in keys if k.endswith(".range") and k not in pinned]
+        for state in states:
+            state.update({k[: -len("range")] + "autorange": state[k] is None for k in keys if k.endswith(".range")})
+
     combined = go.Figure(layout=figures[active].layout)
     owner = []  # index of the value each trace belongs to
     for index, fig in enumerate(figures):
@@ -194,30 +338,19 @@ def slider_figure(
             trace.visible = index == active
             combined.add_trace(trace)
             owner.append(index)
+    for key in pinned:
+        combined.update_layout({key.replace(".", "_"): states[active][key]})
 
-    steps = []
-    for index, (fig, label) in enumerate(zip(figures, labels)):
-        layout_update: Dict[str, Any] = {}
-        if fig.layout.title.text is not None:
-            layout_update["title.text"] = fig.layout.title.text
-        steps.append(dict(
-            method="update",
-            label=label,
-            args=[{"visible": [o == index for o in owner]}, layout_update],
-        ))
+    steps = [dict(method="update", label=label,
+                  args=[{"visible": [o == index for o in owner]}, {k: state.get(k) for k in keys}])
+             for index, (state, label) in enumerate(zip(states, labels))]
     combined.update_layout(
-        sliders=[dict(
-            active=active,
-            steps=steps,
-            currentvalue=dict(prefix=f"{name} = ", font=dict(size=13)),
-            pad=dict(t=40, b=10),
-            len=0.95,
-            x=0.025,
-        )],
+        sliders=[dict(active=active, steps=steps, currentvalue=dict(prefix=f"{name} = ", font=dict(size=13)),
+                      pad=dict(t=40, b=10), len=0.95, x=0.025)],
         height=(figures[active].layout.height or 420) + 90,
         margin=dict(b=40),
     )
-    return combined
+    return readable_log_axes(combined)
 
 
 def is_static() -> bool:
@@ -289,20 +422,196 @@ def interactive(
     return widgets.VBox([*sliders.values(), out])
 
 
+# Draws a figure once plotly.js is on the page (it is loaded deferred, after the
+# text) and fits it to its container: below _NARROW px the legend goes under the
+# plot (under the slider, if any), titles wrap, sliders take the full width, the
+# mode bar is hidden and colour bars are thin. Titles always wrap to keep clear
+# of the mode bar. Redrawn when the window is resized. No network, no globals but
+# posencPlot.
+_FIGURE_JS = r"""window.posencPlot = window.posencPlot || (function () {
+  var NARROW = %(narrow)d, FAMILY = %(family)s, ctx = null, figures = [], timer = null;
+  function textWidth(text, px) {
+    ctx = ctx || document.createElement("canvas").getContext("2d");
+    ctx.font = px + "px " + FAMILY;
+    return ctx.measureText(String(text).replace(/<[^>]*>/g, "")).width;
+  }
+  function wrap(text, px, room) {
+    if (typeof text !== "string" || !text) return text;
+    var lines = [], line = "";
+    text.replace(/<br>/g, " ").split(" ").forEach(function (word) {
+      var next = line ? line + " " + word : word;
+      if (line && textWidth(next, px) > room) { lines.push(line); line = word; } else { line = next; }
+    });
+    lines.push(line);
+    return lines.join("<br>");
+  }
+  function set(obj, path, value) {
+    var keys = path.split("."), last = keys.pop();
+    keys.forEach(function (k) { if (typeof obj[k] !== "object" || obj[k] === null) obj[k] = {}; obj = obj[k]; });
+    obj[last] = value;
+  }
+  function legendRows(names, room) {
+    var rows = 1, used = 0;
+    names.forEach(function (name) {
+      var w = 46 + textWidth(name, 12);
+      if (used && used + w > room) { rows += 1; used = 0; }
+      used += w;
+    });
+    return names.length ? rows : 0;
+  }
+  function layoutFor(fig, w, active, out) {
+    var L = JSON.parse(JSON.stringify(fig.layout)), narrow = w < NARROW, size = narrow ? 13 : 15;
+    var m = L.margin = L.margin || {}, slider = L.sliders && L.sliders[0], steps = slider ? slider.steps || [] : [];
+    var room = 0.96 * w - (narrow ? 16 : 170), lines = 0, h0 = L.height || 450, t0 = m.t === undefined ? 50 : m.t;
+    var title = L.title && typeof L.title === "object" ? L.title : {text: L.title};
+    var texts = [title.text].concat(steps.map(function (s) { return s.args && s.args[1] && s.args[1]["title.text"]; }));
+    steps.forEach(function (s) { var u = s.args && s.args[1]; if (u && u["title.text"]) u["title.text"] = wrap(u["title.text"], size, room); });
+    texts.forEach(function (t) { if (t) lines = Math.max(lines, wrap(t, size, room).split("<br>").length); });
+    title.text = wrap(title.text, size, room);
+    title.font = Object.assign({}, title.font, {size: size});
+    L.title = title;
+    if (slider && active !== null) {
+      slider.active = active;
+      var u = steps[active] && steps[active].args && steps[active].args[1];
+      if (u) Object.keys(u).forEach(function (k) { set(L, k, u[k]); });
+    }
+    if (lines > 1) m.t = 24 + Math.round(lines * size * 1.35);  // the title sits in the middle of the top margin
+    var heat = narrow && fig.data.some(function (t) { return t.type === "heatmap" && t.showscale !== false; });
+    if (heat) {  // a phone: the colour bar lies above the plot, under the title
+      var block = m.t === undefined ? t0 : m.t;
+      m.t = block + 44;
+      Object.assign(title, {yref: "container", yanchor: "middle"});
+    }
+    L.height = h0 + (m.t === undefined ? 0 : m.t - t0);
+    if (heat) { title.y = 1 - block / 2 / L.height; out.colorbarY = 1 - (block - 4) / L.height; }
+    if (!narrow) return L;
+    m.l = Math.min(m.l === undefined ? 60 : m.l, 48);
+    m.r = Math.min(m.r === undefined ? 20 : m.r, 8);
+    Object.keys(L).forEach(function (k) {
+      if (!/^[xy]axis\d*$/.test(k)) return;
+      var t = L[k].title = typeof L[k].title === "object" && L[k].title ? L[k].title : {text: L[k].title};
+      t.font = Object.assign({}, t.font, {size: 12});
+      if (k[0] === "x") t.text = wrap(t.text, 12, w - 70);
+      L[k].automargin = true;
+    });
+    (L.sliders || []).forEach(function (s) {
+      var labels = (s.steps || []).map(function (step) { return textWidth(step.label, 10) + 6; });
+      var gap = (w - 70) / Math.max(1, labels.length - 1), crowded = labels.some(function (lw, i) {
+        return (i && (lw + labels[i - 1]) / 2 > gap) || ((i === 0 || i === labels.length - 1) && lw / 2 > 24);
+      });  // crowded tick labels are hidden: the current value is written above the rail
+      Object.assign(s, {x: 0, len: 1, font: {size: 10, color: crowded ? "rgba(0,0,0,0)" : "#444"}});
+      s.pad = Object.assign({}, s.pad, {l: 0, r: 0});
+      s.currentvalue = Object.assign({}, s.currentvalue, {font: {size: 12, color: "#222"}});
+    });
+    var sets = steps.length ? steps.map(function (s) { return s.args[0].visible; }) : [null];
+    var rows = 0;
+    if (L.showlegend !== false) sets.forEach(function (visible) {
+      var names = fig.data.filter(function (t, i) {
+        var shown = visible ? visible[i] : t.visible !== false;
+        return shown && t.name && t.showlegend !== false;
+      }).map(function (t) { return t.name; });
+      if (names.length && (fig.data.length > 1 || L.showlegend || fig.data.some(function (t) { return t.showlegend; }))) rows = Math.max(rows, legendRows(names, w - 16));
+    });
+    if (rows) {
+      var lh = rows * 20 + 8, b0 = slider ? 120 : (m.b === undefined ? 50 : m.b);
+      L.legend = Object.assign({}, L.legend, {orientation: "h", x: 0, xanchor: "left", y: 0, yanchor: "bottom",
+                                              yref: "container", font: {size: 12}, bgcolor: "rgba(255,255,255,0)"});
+      m.b = b0 + lh;
+      L.height += lh + (slider ? b0 - 40 : 0);
+    }
+    return L;
+  }
+  function dataFor(f, data, out) {
+    f.colorbars = f.colorbars || data.map(function (t) { return JSON.stringify(t.colorbar || {}); });
+    data.forEach(function (t, i) {
+      if (t.type !== "heatmap" || t.showscale === false) return;
+      t.colorbar = JSON.parse(f.colorbars[i]);
+      if (out.colorbarY !== undefined) Object.assign(t.colorbar, {
+        orientation: "h", len: 1, thickness: 10, x: 0.5, xanchor: "center", yref: "container", y: out.colorbarY,
+        yanchor: "top", tickfont: {size: 10}, title: Object.assign({}, t.colorbar.title, {side: "right", font: {size: 11}})});
+    });
+    return data;
+  }
+  function fit(gd) {  // a legend under a slider: grow the figure if they overlap
+    var legend = gd.querySelector("g.legend");
+    if (!legend || gd.clientWidth >= NARROW) return;
+    var top = legend.getBoundingClientRect().top, bottom = 0;
+    gd.querySelectorAll("g.slider-container, g.xtick, g.g-xtitle").forEach(function (el) {
+      var r = el.getBoundingClientRect();
+      if (r.height) bottom = Math.max(bottom, r.bottom);
+    });
+    var overlap = Math.ceil(bottom + 6 - top);
+    if (overlap > 0) return Plotly.relayout(gd, {height: gd.layout.height + overlap, "margin.b": gd.layout.margin.b + overlap});
+  }
+  function draw(f, first) {
+    var gd = f.gd, w = gd.clientWidth || 600;
+    f.width = w;
+    var s = gd.layout && gd.layout.sliders && gd.layout.sliders[0], s0 = f.fig.layout.sliders && f.fig.layout.sliders[0];
+    var active = s ? s.active || 0 : (s0 ? s0.active || 0 : null);
+    var config = Object.assign({}, f.config, {displayModeBar: w < NARROW ? false : "hover"});
+    var out = {}, layout = layoutFor(f.fig, w, active, out), data = dataFor(f, first ? f.fig.data : gd.data, out);
+    gd.style.height = layout.height + "px";
+    return (first ? Plotly.newPlot(gd, data, layout, config) : Plotly.react(gd, data, layout, config))
+      .then(function () { return fit(gd); });
+  }
+  window.addEventListener("resize", function () {
+    clearTimeout(timer);
+    timer = setTimeout(function () {
+      figures.forEach(function (f) { if (Math.abs(f.gd.clientWidth - f.width) > 1) draw(f, false); });
+    }, 150);
+  });
+  return function (id, fig, config) {
+    function go() {
+      var gd = document.getElementById(id);
+      if (!gd || !window.Plotly) return;
+      var f = {gd: gd, fig: fig, config: config};
+      figures.push(f);
+      draw(f, true);
+    }
+    if (window.Plotly) go();
+    else if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", go);
+    else window.addEventListener("load", go);
+  };
+})();"""
+_NARROW = 640
+
+
+def _single(x: Any) -> Any:
+    """float64 arrays as float32: half the bytes on the page, and a figure has no use for more digits."""
+    if isinstance(x, dict) and x.get("dtype") == "f8" and isinstance(x.get("bdata"), str):
+        data = np.frombuffer(base64.b64decode(x["bdata"]), dtype="<f8").astype("<f4")
+        return {**x, "dtype": "f4", "bdata": base64.b64encode(data.tobytes()).decode()}
+    if isinstance(x, dict):
+        return {k: _single(v) for k, v in x.items()}
+    return [_single(v) for v in x] if isinstance(x, list) else x
+
+
+def _figure_html(fig: go.Figure) -> str:
+    """``<div>`` + script drawing ``fig`` with the page's plotly.js (see ``_FIGURE_JS``)."""
+    spec = fig.to_dict()
+    template = spec.get("layout", {}).get("template", {})
+    if "data" in template:  # the template's styles for trace types this figure has
+        used = {trace.get("type", "scatter") for trace in spec["data"]}
+        template["data"] = {k: v for k, v in template["data"].items() if k in used}
+    payload = pio.to_json(_single(spec), validate=False).replace("</", "<\\/")
+    div = f"posenc-{uuid.uuid4().hex[:12]}"
+    script = _FIGURE_JS % {"narrow": _NARROW, "family": json.dumps(_FONT)}
+    return (f'<div id="{div}" class="plotly-graph-div" style="height:{fig.layout.height or 450}px; width:100%;"></div>\n'
+            f'<script type="text/javascript">{script}\nposencPlot("{div}", {payload}, {json.dumps(_CONFIG)});</script>')
+
+
 class _BookRenderer(MimetypeRenderer):
     """plotly JSON for notebook front ends plus an HTML div for the website.
 
     While the website is built (``$POSENC_STATIC``) only the HTML is emitted:
-    the site's pages have no use for the JSON copy.
+    the site's pages have no use for the JSON copy (the book's extension puts
+    it back, from the HTML, into the executed notebooks it offers for download).
     """
 
     def to_mimebundle(self, fig_dict):
-        fig = go.Figure(fig_dict)
+        fig = readable_log_axes(go.Figure(fig_dict))
         bundle = {} if is_static() else pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
-        bundle["text/html"] = pio.to_html(
-            fig, full_html=False, include_plotlyjs=False, include_mathjax=False,
-            config=_CONFIG,
-        )
+        bundle["text/html"] = _figure_html(fig)
         return bundle
 
 
