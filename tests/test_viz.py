@@ -143,3 +143,14 @@ def test_heatmap_and_curves_validate():
         pe.viz.heatmap(torch.zeros(2, 2, 2))
     with pytest.raises(ValueError, match="shape"):
         pe.viz.curves(torch.arange(3), {"a": torch.arange(4)})
+
+
+def test_a_few_log_spaced_lengths_get_a_tick_each():
+    """Lengths a factor >= 1.5 apart are labelled where the points are; dense or close x values keep plotly's ticks."""
+    viz = pe.viz
+    fig = viz.curves([256, 512, 1024, 2048, 4096], {"a": [1, 2, 3, 4, 5]}, log_x=True)
+    assert list(fig.layout.xaxis.tickvals) == [256, 512, 1024, 2048, 4096]
+    assert list(fig.layout.xaxis.ticktext) == ["256", "512", "1024", "2048", "4096"]
+    assert viz.curves([1, 1.1, 1.2, 2], {"a": [1, 2, 3, 4]}, log_x=True).layout.xaxis.tickvals is None
+    assert viz.curves(list(range(1, 50)), {"a": list(range(1, 50))}, log_x=True).layout.xaxis.tickvals is None
+    assert viz.curves([256, 512], {"a": [1, 2]}).layout.xaxis.tickvals is None          # linear axis: untouched

@@ -170,8 +170,10 @@ def curves(
                                  showlegend=bool(name)))
     fig.update_layout(template=_TEMPLATE, title=title, height=height,
                       xaxis_title=xlabel, yaxis_title=ylabel)
-    if log_x:
-        fig.update_xaxes(type="log")
+    if log_x:  # a few lengths a factor >= 1.5 apart: a tick at each (plain numbers, no crowding)
+        ticks = np.unique(x[np.isfinite(x) & (x > 0)]) if x.ndim == 1 else np.array([])
+        spread = 1 < len(ticks) <= 10 and (ticks[1:] / ticks[:-1]).min() >= 1.5
+        fig.update_xaxes(type="log", **(dict(tickvals=ticks.tolist(), ticktext=[f"{t:g}" for t in ticks]) if spread else {}))
     if log_y:
         fig.update_yaxes(type="log")
     return readable_log_axes(fig)
