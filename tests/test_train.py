@@ -328,3 +328,28 @@ def test_training_is_the_same_whatever_the_thread_count():
         assert torch.equal(value, results[1].model.state_dict()[name]), name
     with pytest.raises(ValueError, match="cpu_threads"):
         T.train(small_model(), CHAIN, **FAST, cpu_threads=0)
+
+
+def test_a_saved_notebook_shows_the_progress_bar_in_its_final_state(tmp_path):
+    """Run headless (as nbconvert or a CI job would), a notebook keeps the bar's last state, not '0%| | 0/30'."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipywidgets")
+    code = ("import posenc as pe\n"
+            "task = pe.MarkovChain(vocab_size=8, order=2, alpha=0.1, seed=0)\n"
+            "model = pe.TinyLM(task.vocab_size, 16, 1, 2, position='rope')\n"
+            "result = pe.train(model, task, steps=30, seq_len=16, batch_size=4, cache=False)")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    env = {k: v for k, v in os.environ.items() if k != "POSENC_STATIC"}
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    texts = [o["data"]["text/plain"] for o in nb.cells[0].outputs if o["output_type"] == "display_data"]
+    assert len(texts) == 1 and "30/30" in texts[0] and "100%" in texts[0], texts
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in nb.cells[0].outputs)

@@ -224,7 +224,23 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     # mininterval: at most one refresh per second. In a notebook every refresh
     # is a few widget messages, and a client that does not read them while a
     # cell runs (nbval) drops messages beyond ZeroMQ's high-water mark (1000).
-    return tqdm(total=total, desc=desc, disable=not enabled or static, leave=False, mininterval=1.0)
+    options = dict(total=total, desc=desc, disable=not enabled or static, leave=False, mininterval=1.0)
+    if options["disable"] or "tqdm.notebook" not in {c.__module__ for c in tqdm.__mro__}:  # terminal: tqdm's own
+        return tqdm(**options)
+
+    class _Bar(tqdm):  # a widget while it runs, then its last state as text (what a saved notebook shows)
+        def __init__(self, **kwargs):
+            from IPython.display import display
+            super().__init__(display=False, **kwargs)
+            self._handle = display(self.container, display_id=True)
+
+        def close(self):
+            if getattr(self, "_handle", None) is not None:
+                self._handle.update({"text/plain": str(self)}, raw=True)
+                self._handle = None
+            super().close()
+
+    return _Bar(**options)
 
 
 def _stray_temporaries(path: Path) -> None:
