@@ -23,6 +23,13 @@ def _slow_pairs(base, L, d=128):
     return (2 * torch.pi / pe.rope_frequencies(d, base) > L).sum().item()
 
 
+def _llama3_counts(d, base, L):
+    """(unchanged, divided, smoothed) pairs of the Llama 3.1 rule, from the wavelengths written out."""
+    wavelength = [2 * math.pi * base ** (2 * i / d) for i in range(d // 2)]
+    fast, slow = sum(w < L / 4 for w in wavelength), sum(w > L for w in wavelength)
+    return fast, slow, d // 2 - fast - slow
+
+
 def _to_inter(W):
     return pe.half_split_to_interleaved(W.T).T
 
@@ -124,6 +131,10 @@ VALUES = {
     "6.4": ([(_bca, _window), (_bca.tolist(), _window.tolist())],
             [(_window, _bca), (_bca, _bca), (_bca[:-1], _window)]),
     "7.4": ([_reach(2 ** -8, 10.0)], [_reach(2 ** -8, 10.0) + 1, _reach(2 ** -8, 10.0) - 1]),
+    "8.1": ([10000 * 7 ** (128 / 126), 72195.86], [10000 * 4 ** (128 / 126), 70000, 10000 * 8 ** (128 / 126)]),
+    "8.2": ([(29, 29, 6), [29, 29, 6]], [(29, 6, 29), (30, 28, 6), (28, 29, 7)]),
+    "8.3": ([1 / (0.1 * math.log(8) + 1) ** 2, 0.6853], [0.1 * math.log(8) + 1, 1.459, 1 / (0.1 * math.log(8) + 1)]),
+    "8.4": ([33], [18, 32, 34]),
     "9.1": ([_gradient_ratio(), 1000], [1e-3, 1e6, 100]),
     "9.2": ([(64 * 64 + 64, 4096 * 2 * 64)], [(64 * 64, 4096 * 2 * 64), (64 * 64 + 64, 4096 * 64)]),
     "9.3": ([[pe.block_diagonal_mask(1024, w).sum().item() / (1024 * 1025 / 2) for w in (16, 64, 256)],
@@ -159,6 +170,14 @@ FUNCTIONS = {
              lambda w, c: torch.tensor([math.log(w) + c, math.log(1 - w)]).double().softmax(0)[0]],
             [lambda w, c: w * math.exp(c), lambda w, c: w, lambda w, c: w * math.exp(c) / (1 + w * math.exp(c))]),
     "7.4": ([_reach], [lambda m, s: _reach(m, s) + 1, lambda m, s: int(s / m)]),
+    "8.1": ([lambda n, L, d, base, a: base if n <= L else base * (a * n / L - (a - 1)) ** (d / (d - 2))],
+            [lambda n, L, d, base, a: base * max(1, n / L) ** (d / (d - 2)),
+             lambda n, L, d, base, a: base * (a * n / L - (a - 1)) ** (d / (d - 2))]),
+    "8.2": ([_llama3_counts], [lambda d, base, L: _llama3_counts(d, base, 4 * L),
+                               lambda d, base, L: tuple(reversed(_llama3_counts(d, base, L)))]),
+    "8.3": ([lambda s: (0.1 * math.log(s) + 1) ** -2], [lambda s: 0.1 * math.log(s) + 1, lambda s: 1 / (0.1 * math.log(s) + 1)]),
+    "8.4": ([lambda d, base, L, s: int((2 * math.pi * s * base ** (torch.arange(0, d, 2) / d) > L).sum())],
+            [lambda d, base, L, s: _slow_pairs(base, L, d), lambda d, base, L, s: _slow_pairs(base, L * s, d)]),
     "9.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
     "10.1": ([_window_share], [lambda n, w: min(w, n) / n, lambda n, w: _window_share(n, w - 1) if w > 1 else 1.0]),
 }
@@ -228,6 +247,7 @@ def test_exercises_lists_one_line_each_in_order():
     assert list(listing) == sorted(listing, key=lambda k: tuple(map(int, k.split("."))))
     assert all(title and "\n" not in title for title in listing.values())
     assert list(exercises(chapter=3)) == ["3.1", "3.2", "3.3", "3.4", "3.5"]
+    assert list(exercises(chapter=8)) == ["8.1", "8.2", "8.3", "8.4"]
     assert list(exercises(chapter=10)) == ["10.1", "10.3"]
 
 

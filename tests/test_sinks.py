@@ -172,3 +172,25 @@ def test_model_sink_positions():
     alibi = pe.TinyLM(17, 32, 1, 2, position="alibi")
     with pytest.raises(ValueError, match="RoPE"):
         alibi.sink_positions = "cache"
+
+
+def test_attention_on_first_tokens():
+    torch.manual_seed(0)
+    m = pe.TinyLM(11, 32, 2, 2, position="rope")
+    x = torch.randint(11, (3, 40))
+    share = pe.attention_on_first_tokens(m, x, 4, from_position=10)
+    with torch.no_grad():
+        _, weights = m(x, return_attention=True)
+    expected = torch.stack([w[:, :, 10:, :4].sum(-1).mean((0, 2)) for w in weights])
+    assert share.shape == (2, 2) and torch.allclose(share, expected)
+    assert torch.allclose(pe.attention_on_first_tokens(m, x, 40), torch.ones(2, 2))  # every key: all of it
+    m.window, m.sinks = 8, 2
+    windowed = pe.attention_on_first_tokens(m, x, 2, from_position=20)
+    assert (windowed > 0).all()  # the sinks stay visible beyond the window
+    m.sinks = 0
+    assert pe.attention_on_first_tokens(m, x, 2, from_position=20).abs().max() == 0  # a plain window cannot see them
+    for bad in (dict(first=0), dict(from_position=40), dict(from_position=-1)):
+        with pytest.raises(ValueError):
+            pe.attention_on_first_tokens(m, x, **bad)
+    with pytest.raises(ValueError):
+        pe.attention_on_first_tokens(m, x[0])

@@ -103,6 +103,7 @@ from .attention import (
 )
 from .sinks import (
     sink_attention,
+    attention_on_first_tokens,
 )
 from .linear import (
     FEATURE_MAPS,
@@ -237,6 +238,7 @@ __all__ = [
     "attention_entropy",
     "log_length_scale",
     "sink_attention",
+    "attention_on_first_tokens",
     "FEATURE_MAPS",
     "elu_plus_one",
     "relu_feature",

@@ -43,8 +43,9 @@ from .layers import block_diagonal_mask
 from .linear import linear_attention
 from .masks import relative_positions, sliding_window_mask
 from .model import TinyLM
-from .rope import (half_split_to_interleaved, rope_decay_bound, rope_frequencies, rope_frequencies_ntk,
-                   yarn_attention_factor)
+from .extend import rope_frequencies_dynamic_ntk
+from .rope import (half_split_to_interleaved, rope_decay_bound, rope_frequencies, rope_frequencies_interpolated,
+                   rope_frequencies_ntk, yarn_attention_factor)
 from .scheme import PositionScheme
 from .sinusoidal import sinusoidal_period_coverage, sinusoidal_wavelengths
 from .xpos import blockwise_causal_mask, xpos_scales
@@ -81,6 +82,26 @@ def _slow_pairs(base: float, L: int, d: int) -> int:
 def _ntk_base(d: int, base: float, s: float) -> float:
     # NTK-aware frequencies are theta_i = b' ** (-2i/d); read b' off pair 1.
     return rope_frequencies_ntk(d, base, s)[1].item() ** (-d / 2)
+
+
+def _dynamic_base(n: int, L: int, d: int, base: float, a: float) -> float:
+    # The base of dynamic NTK scaling at length n, read off pair 1 of the library's frequencies.
+    return rope_frequencies_dynamic_ntk(d, n, L, base, a)[1].item() ** (-d / 2)
+
+
+def _llama3_pairs(d: int, base: float, L: int) -> Tuple[int, int, int]:
+    # Pairs (unchanged, divided by the factor, smoothed) of the Llama 3.1 rule, low 1 and high 4.
+    wavelength = 2 * math.pi / rope_frequencies(d, base)
+    fast, slow = int((wavelength < L / 4).sum()), int((wavelength > L).sum())
+    return fast, slow, d // 2 - fast - slow
+
+
+def _yarn_temperature(s: float) -> float:
+    return 1 / yarn_attention_factor(s) ** 2  # sqrt(1/t) = 0.1 ln s + 1
+
+
+def _slow_after_pi(d: int, base: float, L: int, s: float) -> int:
+    return int((2 * math.pi / rope_frequencies_interpolated(d, base, s) > L).sum())
 
 
 def _random_weights() -> List[tuple]:
@@ -388,6 +409,45 @@ _EXERCISES: Dict[str, _Exercise] = {
         signature="reach(m, s)", reference=_alibi_reach,
         inputs=lambda: [(2.0 ** -8, 10.0), (2.0 ** -4, 8.0), (0.5, 5.0),
                         (2.0 ** -6, 12.0), (2.0 ** -1, 1.0), (1e-4, 3.0)],
+    ),
+    # Chapter 8: stretching a trained model
+    "8.1": _Exercise(
+        title="the base of dynamic NTK scaling at n = 16384 for L = 4096, d = 128, base 10000, factor a = 2 "
+              "(a number, or a function dynamic_base(n, L, d, base, a))",
+        confirm="The base grows with the length; up to L it is the trained one.",
+        hint="for n > L the scale is a n / L - (a - 1), raised to d / (d - 2); for n <= L nothing changes.",
+        expected=lambda: _dynamic_base(16384, 4096, 128, 10000.0, 2.0), rtol=1e-6,
+        signature="dynamic_base(n, L, d, base, a)", reference=_dynamic_base,
+        inputs=lambda: [(16384, 4096, 128, 10000.0, 2.0), (16384, 4096, 128, 10000.0, 1.0),
+                        (100, 4096, 128, 10000.0, 2.0), (512, 64, 16, 10000.0, 1.0), (96, 64, 16, 500.0, 4.0)],
+    ),
+    "8.2": _Exercise(
+        title="pairs the Llama 3.1 rule leaves unchanged, divides by the factor and smooths, d = 128, "
+              "base 500000, L = 8192 (3 integers, or a function llama3_pairs(d, base, L))",
+        confirm="Only the pairs with wavelengths between L/4 and L are blended.",
+        hint="pair i has the wavelength 2π / θ_i; compare it with L / high_freq_factor = L/4 and "
+             "L / low_freq_factor = L.",
+        expected=lambda: _llama3_pairs(128, 500000.0, 8192),
+        signature="llama3_pairs(d, base, L)", reference=_llama3_pairs,
+        inputs=lambda: [(128, 500000.0, 8192), (128, 10000.0, 4096), (16, 10000.0, 64), (64, 1e6, 32768)],
+    ),
+    "8.3": _Exercise(
+        title="YaRN's temperature t at s = 8, from sqrt(1/t) = 0.1 ln s + 1 (a number, or a function t(s))",
+        confirm="t < 1: the logits are divided by t, i.e. sharpened by (0.1 ln s + 1)^2.",
+        hint="square both sides and invert.",
+        expected=lambda: _yarn_temperature(8.0), rtol=1e-4,
+        signature="t(s)", reference=_yarn_temperature,
+        inputs=lambda: [(8.0,), (1.0,), (2.0,), (4.0,), (32.0,)],
+    ),
+    "8.4": _Exercise(
+        title="RoPE pairs that complete less than one turn in L = 4096 tokens after position interpolation "
+              "by s = 8, d = 128, base 10000 (a number, or a function slow_after_pi(d, base, L, s))",
+        confirm="Interpolation slows every pair down: more of them never see a full turn.",
+        hint="PI divides every θ_i by s, so it multiplies every wavelength 2π / θ_i by s; count those above L.",
+        expected=lambda: _slow_after_pi(128, 10000.0, 4096, 8.0),
+        signature="slow_after_pi(d, base, L, s)", reference=_slow_after_pi,
+        inputs=lambda: [(128, 10000.0, 4096, 8.0), (128, 10000.0, 4096, 1.0), (16, 10000.0, 64, 4.0),
+                        (64, 500000.0, 8192, 2.0)],
     ),
     # Chapter 9: linear attention
     "9.1": _Exercise(

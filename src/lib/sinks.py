@@ -25,7 +25,7 @@ cache-position variant differs only in the distances to the sinks.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +34,7 @@ from ._validate import check_int
 from .attention import _check_qkv, _distance_values, _empty, _relative_inputs, _scaled, _softmax
 from .masks import sliding_window_mask
 
-__all__ = ["sink_attention"]
+__all__ = ["sink_attention", "attention_on_first_tokens"]
 
 _CHUNK = 256
 
@@ -105,3 +105,35 @@ def sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window:
         vc = v[:, :, idx] if head else v[:, :, lo:hi]
         outs.append(F.scaled_dot_product_attention(q[:, :, a:e], kc, vc, attn_mask=mask, scale=scale))
     return torch.cat(outs, dim=2)
+
+
+@torch.no_grad()
+def attention_on_first_tokens(model: Any, idx: torch.Tensor, first: int = 4, *, from_position: int = 0) -> torch.Tensor:
+    """How much attention a model puts on the first ``first`` tokens, per layer and head.
+
+    The mean over sequences and over queries at positions ``>= from_position``
+    of the attention weight that lands on keys ``0 .. first-1``. Large values
+    in a model trained with full attention are the "attention sinks" of Xiao
+    et al. (2024); a query at position ``i`` that spread its attention evenly
+    would give them ``first / (i + 1)``.
+
+    Args:
+        model: a :class:`posenc.TinyLM` (its window, sinks and scaling apply).
+        idx: ``(batch, seq)`` token ids.
+        first: ``>= 1`` first keys counted.
+        from_position: the first query position averaged over (``0 .. seq-1``).
+
+    Returns:
+        ``(n_layers, n_heads)`` float tensor of shares in ``[0, 1]``.
+
+    >>> m = __import__("posenc").TinyLM(5, 16, 2, 2, position="rope")
+    >>> attention_on_first_tokens(m, torch.zeros(1, 8, dtype=torch.long), 8).round(decimals=4).tolist()
+    [[1.0, 1.0], [1.0, 1.0]]
+    """
+    first = _int("first", first)
+    if not isinstance(idx, torch.Tensor) or idx.ndim != 2:
+        raise ValueError(f"idx must be (batch, seq) token ids, got {getattr(idx, 'shape', type(idx).__name__)}")
+    if isinstance(from_position, bool) or not isinstance(from_position, int) or not 0 <= from_position < idx.shape[1]:
+        raise ValueError(f"from_position must be an integer in [0, {idx.shape[1] - 1}], got {from_position!r}")
+    _, weights = model(idx, return_attention=True)
+    return torch.stack([w[:, :, from_position:, :first].sum(-1).mean((0, 2)) for w in weights]).float().cpu()
