@@ -130,7 +130,7 @@ def attention_on_first_tokens(model: Any, idx: torch.Tensor, first: int = 4, *, 
     >>> attention_on_first_tokens(m, torch.zeros(1, 8, dtype=torch.long), 8).round(decimals=4).tolist()
     [[1.0, 1.0], [1.0, 1.0]]
     """
-    first = _int("first", first)
+    first = check_int("first", first)
     if not isinstance(idx, torch.Tensor) or idx.ndim != 2:
         raise ValueError(f"idx must be (batch, seq) token ids, got {getattr(idx, 'shape', type(idx).__name__)}")
     if isinstance(from_position, bool) or not isinstance(from_position, int) or not 0 <= from_position < idx.shape[1]:
