@@ -532,8 +532,8 @@ def evaluate_lengths(
     the loss per position for finer views.
 
     Args:
-        model: a trained :class:`~posenc.model.TinyLM` (its window / log-n
-            settings apply).
+        model: a trained :class:`~posenc.model.TinyLM`; its evaluation-time
+            settings apply (``window``, ``sinks``, ``rope_scaling``, log-n scaling).
         data: a source from :mod:`posenc.data`.
         lengths: evaluation lengths (positive integers, duplicates removed).
         batches, batch_size: how many sequences per length.
