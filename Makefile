@@ -26,7 +26,7 @@ THREADS ?= $(shell $(PYTHON) -c "import os; print(max(1, (os.cpu_count() or 1) /
 CHAPTERS ?=
 COLAB_QUICK ?= 01 02
 
-.PHONY: all book test test-lib test-notebooks test-site colab-check install-cells dist benchmarks venv clean
+.PHONY: all book test test-lib test-notebooks test-site colab-check install-cells dist benchmarks gpu-kit venv clean
 
 all: test
 
@@ -77,6 +77,17 @@ dist: venv
 
 benchmarks: venv
 	$(BIN)/python benchmarks/attention.py
+
+# Wheels a bare CUDA machine without network lacks (its python3 has torch, not plotly or a kernel),
+# for benchmarks/on_gpu.sh there: pip resolves them for that machine's Python and platform.
+GPU_PYTHON ?= 3.12
+gpu-kit: venv
+	rm -rf .gpu-kit && mkdir -p .gpu-kit/wheels
+	$(BIN)/python -m pip download -q --only-binary=:all: --python-version $(GPU_PYTHON) \
+		--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
+		-d .gpu-kit/wheels "plotly==$$($(BIN)/python -c 'import plotly; print(plotly.__version__)')" \
+		nbclient nbformat ipykernel ipywidgets
+	du -sh .gpu-kit
 
 clean:
 	rm -rf _build .pytest_cache

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The book's checks on a machine with a CUDA GPU and no network.
+#
+# Here (with network):   make gpu-kit          # wheels the GPU machine lacks, in .gpu-kit/ (about 30 MB)
+# There, one step per command (each well under 10 minutes), with .gpu-kit carried along:
+#   bash benchmarks/on_gpu.sh tests           # install, then tests/test_cuda.py and the attention tests on CUDA
+#   bash benchmarks/on_gpu.sh bench           # attention benchmark in bf16, n = 512 ... 32768, and training throughput
+#   bash benchmarks/on_gpu.sh chapters 07     # chapters in full mode, timed, executed notebooks kept
+# Results go to $OUT (the device tool's folder) or _build/gpu.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-_build/gpu}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+
+install() {
+  $PY -c "import nbclient, plotly, ipykernel, ipywidgets" 2>/dev/null || \
+    $PY -m pip install -q --no-index --find-links .gpu-kit/wheels plotly nbclient nbformat ipykernel ipywidgets
+  $PY -c "import posenc" 2>/dev/null || $PY -m pip install -q --no-index --no-deps --no-build-isolation -e .
+  $PY -m ipykernel install --user --name python3 >/dev/null
+  $PY -c "import torch, posenc; print('torch', torch.__version__, '|', torch.cuda.get_device_name(0), '| posenc', posenc.__file__)"
+}
+
+step=${1:-}
+shift || true
+case "$step" in
+  tests)
+    install
+    $PY -m pytest tests/test_cuda.py tests/test_relative_attention.py tests/test_attention.py tests/test_sinks.py \
+      -q -p no:cacheprovider -x 2>&1 | tee "$OUT/tests.txt" | tail -20 ;;
+  bench)
+    install
+    gpu=$($PY -c "import torch; print(torch.cuda.get_device_name(0).split()[-1].lower())")
+    $PY benchmarks/attention.py --out "$OUT/attention-$gpu.csv" 2>&1 | tail -40
+    $PY benchmarks/train_throughput.py --mode full 2>&1 | tail -20 | tee "$OUT/train_throughput.txt"
+    cp benchmarks/results/train_throughput.csv "$OUT/train_throughput-$gpu.csv" ;;
+  chapters)
+    install
+    POSENC_SIZE=full POSENC_STATIC=1 $PY benchmarks/run_chapters.py --out "$OUT" "$@" ;;
+  *)
+    echo "usage: bash benchmarks/on_gpu.sh tests | bench | chapters [prefix ...]" >&2; exit 2 ;;
+esac
