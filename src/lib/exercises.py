@@ -416,7 +416,7 @@ _EXERCISES: Dict[str, _Exercise] = {
               "(a number, or a function dynamic_base(n, L, d, base, a))",
         confirm="The base grows with the length; up to L it is the trained one.",
         hint="for n > L the scale is a n / L - (a - 1), raised to d / (d - 2); for n <= L nothing changes.",
-        expected=lambda: _dynamic_base(16384, 4096, 128, 10000.0, 2.0), rtol=1e-6,
+        expected=lambda: _dynamic_base(16384, 4096, 128, 10000.0, 2.0), rtol=1e-5,
         signature="dynamic_base(n, L, d, base, a)", reference=_dynamic_base,
         inputs=lambda: [(16384, 4096, 128, 10000.0, 2.0), (16384, 4096, 128, 10000.0, 1.0),
                         (100, 4096, 128, 10000.0, 2.0), (512, 64, 16, 10000.0, 1.0), (96, 64, 16, 500.0, 4.0)],
