@@ -47,3 +47,20 @@ def test_real_numbers(value, low, inf_ok):
 def test_not_real_numbers(bad):
     with pytest.raises(ValueError, match=r"scale must be a finite number > 0 \(the words\), got"):
         check_number("scale", bad, 0, what=" (the words)")
+
+
+def test_sizes_given_as_numpy_or_tensor_integers_are_stored_as_python_ints():
+    """A model's config (its cache key) is the same however its integers were spelled, and stays JSON."""
+    import json
+
+    import posenc as pe
+
+    plain = pe.TinyLM(8, 32, 2, 4, position="rope", window=16, train_len=32)
+    spelled = pe.TinyLM(np.int64(8), torch.tensor(32), np.int32(2), np.int64(4), position="rope",
+                        window=np.int64(16), train_len=torch.tensor(32))
+    assert json.dumps(spelled.config) == json.dumps(plain.config)
+    assert type(spelled.window) is int and type(spelled.train_len) is int
+    spelled.sinks = np.int64(2)
+    assert type(spelled.sinks) is int
+    scaling = pe.RopeScaling("rerope", window=np.int64(8), original_max_position=np.int64(32))
+    assert type(scaling.window) is int and type(scaling.original_max_position) is int

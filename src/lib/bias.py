@@ -187,7 +187,7 @@ class KerpleBias(nn.Module):
                  r2: Optional[ParamLike] = None, eps: float = 0.01, generator: Optional[torch.Generator] = None,
                  dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> None:
         super().__init__()
-        check_int("n_heads", n_heads)
+        n_heads = check_int("n_heads", n_heads)
         if kind not in ("power", "log"):
             raise ValueError(f"kind must be 'power' or 'log', got {kind!r}")
         if not 0 < check_number("eps", eps) < 2:
@@ -280,7 +280,7 @@ def sandwich_bias(
     Returns:
         ``(n_heads, q_len, k_len)`` tensor, 0 at distance 0, ``<= 0`` elsewhere.
     """
-    check_int("n_heads", n_heads)
+    n_heads = check_int("n_heads", n_heads)
     check_even_dim(dim, "sandwich_bias")
     _check_base(base)
     _float_dtype(dtype)
@@ -402,8 +402,7 @@ def t5_relative_buckets(
     bidirectional = _flag("bidirectional", bidirectional)
     if rel.is_floating_point() or rel.is_complex() or rel.dtype == torch.bool:
         raise ValueError(f"rel must be an integer tensor of offsets, got dtype {rel.dtype}")
-    for name, value in (("num_buckets", num_buckets), ("max_distance", max_distance)):
-        check_int(name, value)
+    num_buckets, max_distance = check_int("num_buckets", num_buckets), check_int("max_distance", max_distance)
     n = num_buckets // 2 if bidirectional else num_buckets  # buckets per side
     max_exact = n // 2
     if max_exact < 1:
@@ -451,7 +450,7 @@ class T5RelativeBias(nn.Module):
                  init_std: float = 0.05, generator: Optional[torch.Generator] = None,
                  dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> None:
         super().__init__()
-        check_int("n_heads", n_heads)
+        n_heads = check_int("n_heads", n_heads)
         if not check_number("init_std", init_std) >= 0:
             raise ValueError(f"init_std must be >= 0, got {init_std!r}")
         _float_dtype(dtype)

@@ -214,14 +214,14 @@ class RopeScaling:
             raise ValueError(f"rope scaling method must be one of {ROPE_SCALING_METHODS}, got {self.method!r}")
         object.__setattr__(self, "factor", _check_scale(self.factor))
         if self.original_max_position is not None:
-            check_int("original_max_position", self.original_max_position, low=2)
+            object.__setattr__(self, "original_max_position", check_int("original_max_position", self.original_max_position, low=2))
         if self.method in _TWO_PASS:
             if self.window is None:
                 raise ValueError(f"{self.method!r} needs a window w >= 1 of exact relative positions, e.g. "
                                  f"{('rerope', 64) if self.method == 'rerope' else ('self_extend', 4, 64)}")
-            check_int("window", self.window)
+            object.__setattr__(self, "window", check_int("window", self.window))
         if self.method == "self_extend":
-            check_int("group", self.group)
+            object.__setattr__(self, "group", check_int("group", self.group))
         if self.method == "yarn":
             rope_frequencies_yarn(4, 10000.0, self.factor, 2, self.beta_fast, self.beta_slow)  # checks the betas
             if self.attention_factor is not None:
@@ -360,7 +360,7 @@ class RoPE(PositionScheme):
         if partial > 1:
             raise ValueError(f"partial (the rotated fraction of each head) must be in (0, 1], got {partial!r}")
         if original_max_position is not None:
-            check_int("original_max_position", original_max_position, low=2)
+            original_max_position = check_int("original_max_position", original_max_position, low=2)
         self._partial, self._original = partial, original_max_position
         self._rotary: Optional[RotaryEmbedding] = None
         self._scaling: Optional[RopeScaling] = None

@@ -91,7 +91,7 @@ def block_diagonal_mask(
             [0, 0, 1, 0],
             [0, 0, 1, 1]], dtype=torch.int32)
     """
-    check_int("block_size", block_size)
+    block_size = check_int("block_size", block_size)
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
         raise ValueError(f"seq_len must be an integer >= 0, got {seq_len!r}")
     block = torch.arange(seq_len, device=device) // block_size
@@ -137,7 +137,7 @@ def diag_attention(
         ``(batch, heads, seq, v_dim)``.
     """
     _check_qkv(q, k, v)
-    check_int("block_size", block_size)
+    block_size = check_int("block_size", block_size)
     if kind not in ("softmax", "relu"):
         raise ValueError(f"kind must be 'softmax' or 'relu', got {kind!r}")
     eps, causal = _check_eps(eps), _flag("causal", causal)
@@ -220,8 +220,8 @@ class _MultiHead(nn.Module):
     def __init__(self, d_model: int, n_heads: int, *, causal: bool = True, rope: bool = False,
                  rope_base: float = 10000.0, bias: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
-        check_int("d_model", d_model)
-        check_int("n_heads", n_heads)
+        d_model = check_int("d_model", d_model)
+        n_heads = check_int("n_heads", n_heads)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads

@@ -294,7 +294,7 @@ def linear_attention(
     """
     _check_qkv(q, k, v)
     _check_method(method)
-    check_int("chunk_size", chunk_size)
+    chunk_size = check_int("chunk_size", chunk_size)
     eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
     phi = feature_map(feature)
     fq, fk = phi(q), phi(k)
@@ -468,7 +468,7 @@ def rope_linear_attention(
     if q.shape[-1] % 2:
         raise ValueError(f"RoPE rotates channel pairs: head_dim must be even, got {q.shape[-1]}")
     _check_method(method)
-    check_int("chunk_size", chunk_size)
+    chunk_size = check_int("chunk_size", chunk_size)
     eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
     phi = feature_map(feature)
     fq, fk = phi(q), phi(k)

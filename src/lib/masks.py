@@ -159,7 +159,7 @@ def sliding_window_mask(
             [0, 1, 1, 0],
             [0, 0, 1, 1]], dtype=torch.int32)
     """
-    check_int("window", window)
+    window = check_int("window", window)
     sinks = check_int("sinks", sinks, low=0)
     causal = _flag("causal", causal)
     rel = relative_positions(q_len, k_len, device=device)

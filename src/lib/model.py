@@ -170,10 +170,10 @@ class TinyLM(nn.Module):
         **position_options: Any,
     ) -> None:
         super().__init__()
-        check_int("vocab_size", vocab_size)
-        check_int("d_model", d_model)
-        check_int("n_layers", n_layers)
-        check_int("n_heads", n_heads)
+        vocab_size = check_int("vocab_size", vocab_size)
+        d_model = check_int("d_model", d_model)
+        n_layers = check_int("n_layers", n_layers)
+        n_heads = check_int("n_heads", n_heads)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         kinds = [attention] * n_layers if isinstance(attention, str) else list(attention)
@@ -255,7 +255,7 @@ class TinyLM(nn.Module):
     @window.setter
     def window(self, value: Optional[int]) -> None:
         if value is not None:
-            check_int("window", value)
+            value = check_int("window", value)
             self._softmax_only("a window")
         self._window = value
 
@@ -266,7 +266,7 @@ class TinyLM(nn.Module):
 
     @sinks.setter
     def sinks(self, value: int) -> None:
-        check_int("sinks (the number of first tokens kept)", value, low=0)
+        value = check_int("sinks (the number of first tokens kept)", value, low=0)
         if value:
             self._softmax_only("attention sinks")
         self._sinks = value
@@ -318,7 +318,7 @@ class TinyLM(nn.Module):
     @train_len.setter
     def train_len(self, value: Optional[int]) -> None:
         if value is not None:
-            check_int("train_len", value, low=2)
+            value = check_int("train_len", value, low=2)
         self._train_len = value
 
     @property

@@ -40,7 +40,7 @@ __all__ = ["rerope_positions", "self_extend_positions", "rerope_attention", "sel
 
 def _query_key_positions(q_len: int, k_len: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:
     k_len = q_len if k_len is None else check_int("k_len", k_len)
-    check_int("q_len", q_len)
+    q_len = check_int("q_len", q_len)
     if k_len < q_len:
         raise ValueError(f"k_len ({k_len}) must be >= q_len ({q_len}): queries are the last key positions")
     return torch.arange(k_len - q_len, k_len), torch.arange(k_len)
@@ -56,7 +56,7 @@ def rerope_positions(q_len: int, window: int, k_len: Optional[int] = None) -> to
     >>> rerope_positions(5, 2)[-1].tolist()
     [2, 2, 2, 1, 0]
     """
-    check_int("window", window)
+    window = check_int("window", window)
     i, j = _query_key_positions(q_len, k_len)
     return (i[:, None] - j).clamp(max=window)
 
@@ -74,8 +74,8 @@ def self_extend_positions(q_len: int, group: int, window: int, k_len: Optional[i
     >>> self_extend_positions(8, 2, 2)[-1].tolist()
     [4, 4, 3, 3, 2, 2, 1, 0]
     """
-    check_int("group", group)
-    check_int("window", window)
+    group = check_int("group", group)
+    window = check_int("window", window)
     i, j = _query_key_positions(q_len, k_len)
     exact = i[:, None] - j
     grouped = (i // group)[:, None] - j // group + window - window // group
@@ -114,7 +114,7 @@ def _two_pass(q, k, v, window, q_far, k_far, *, base, interleaved, inv_freq, rot
     q_near, k_near = _rotate_part(q, q_pos, **rot), _rotate_part(k, k_pos, **rot)
     q_far, k_far = _rotate_part(q, q_far, **rot), _rotate_part(k, k_far, **rot)
     if mask_window is not None:
-        check_int("mask_window", mask_window)
+        mask_window = check_int("mask_window", mask_window)
     q_pos, k_pos = q_pos.to(q.device), k_pos.to(q.device)
     if not return_weights and scale > 0:  # the fused kernel, two copies of each key
         return torch.cat([_fused_chunk(q_near, k_near, q_far, k_far, v, q_pos, a, min(a + chunk, q.shape[2]), window,
@@ -199,7 +199,7 @@ def rerope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     Returns:
         ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
     """
-    check_int("window", window)
+    window = check_int("window", window)
     q_pos, k_pos = _query_key_positions(q.shape[-2], k.shape[-2])
     return _two_pass(q, k, v, window, torch.full_like(q_pos, window), torch.zeros_like(k_pos), base=base,
                      interleaved=interleaved, inv_freq=inv_freq, rotary_dim=rotary_dim, scale=scale,
@@ -220,8 +220,8 @@ def self_extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gro
     the mask; arguments and returns as in :func:`rerope_attention`, plus the
     group size ``group`` (``G >= 1``; 1 is plain RoPE).
     """
-    check_int("group", group)
-    check_int("window", window)
+    group = check_int("group", group)
+    window = check_int("window", window)
     q_pos, k_pos = _query_key_positions(q.shape[-2], k.shape[-2])
     return _two_pass(q, k, v, window, q_pos // group + window - window // group, k_pos // group, base=base,
                      interleaved=interleaved, inv_freq=inv_freq, rotary_dim=rotary_dim, scale=scale,
@@ -253,8 +253,8 @@ def streaming_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windo
     Returns:
         ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
     """
-    check_int("window", window)
-    check_int("sinks", sinks, low=0)
+    window = check_int("window", window)
+    sinks = check_int("sinks", sinks, low=0)
     q_pos, k_pos = _query_key_positions(q.shape[-2], k.shape[-2])
     return _two_pass(q, k, v, window, q_pos.clamp(max=sinks + window - 1), k_pos, base=base,
                      interleaved=interleaved, inv_freq=inv_freq, rotary_dim=rotary_dim, scale=scale,

@@ -374,7 +374,7 @@ def rope_frequencies_yarn(
     """
     _check_rope_dim(dim)
     base, s = _check_base(base), _check_scale(scale)
-    check_int("original_max_len", original_max_len)
+    original_max_len = check_int("original_max_len", original_max_len)
     beta_fast, beta_slow = check_number("beta_fast", beta_fast, 0), check_number("beta_slow", beta_slow, 0)
     if not beta_slow < beta_fast:
         raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
@@ -505,7 +505,7 @@ class RotaryEmbedding(nn.Module):
 
         Copies of the cached tables: writing into them leaves later rotations alone.
         """
-        check_int("seq_len", seq_len, low=0)
+        seq_len = check_int("seq_len", seq_len, low=0)
         cos, sin = self._cos_sin(seq_len, _device(device, torch.device("cpu")), _float_dtype(dtype))
         return cos.clone(), sin.clone()
 

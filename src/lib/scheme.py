@@ -208,8 +208,8 @@ class PositionScheme(nn.Module):
         the object already belongs to a model of other sizes (a scheme holds its
         model's parameters: build one object per model).
         """
-        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
-            check_int(name, value)
+        d_model, n_heads, n_layers = (check_int(name, value) for name, value in
+                                      (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)))
         sizes = (d_model, n_heads, n_layers)
         if self.d_model is not None and (self.d_model, self.n_heads, self.n_layers) != sizes:
             raise ValueError(f"this {type(self).__name__} object already belongs to a model with "

@@ -190,9 +190,7 @@ def sinusoidal_similarity(
 
 
 def _check_length(train_length: int) -> None:
-    check_int("train_length", train_length)
-
-
+    train_length = check_int("train_length", train_length)
 def sinusoidal_wavelengths(dim: int, base: float = 10000.0) -> torch.Tensor:
     """Wavelength (in positions) of each sin/cos channel pair: ``2 pi / theta_i``.
 
@@ -287,7 +285,7 @@ def sinusoidal_nearest_distance(
     """
     _check_dim(dim, "sinusoidal_nearest_distance")
     _check_length(train_length)
-    check_int("chunk", chunk)
+    chunk = check_int("chunk", chunk)
     pos = _as_positions(positions, "positions")
     flat = pos.reshape(-1)
     train = sinusoidal_embedding(train_length, dim, base, dtype=torch.float64)  # (L, d)
@@ -376,7 +374,7 @@ class LearnedPositions(PositionScheme):
 
     def __init__(self, max_len: Optional[int] = None) -> None:
         super().__init__()
-        check_int("max_len (the size of the learned table)", max_len)
+        max_len = check_int("max_len (the size of the learned table)", max_len)
         self.max_len = max_len
         self.table: Optional[nn.Parameter] = None
 

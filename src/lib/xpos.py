@@ -340,7 +340,7 @@ class XPos(nn.Module):
 
         Copies of the cached tables: writing into them leaves later rotations alone.
         """
-        check_int("k_len", k_len, low=0)
+        k_len = check_int("k_len", k_len, low=0)
         return tuple(t.clone() for t in self._tables(k_len, _device(device, torch.device("cpu"))))
 
     def _tables(self, k_len: int, device: torch.device):
@@ -451,7 +451,7 @@ def blockwise_causal_mask(
             [0, 0, 1, 1, 1, 0],
             [0, 0, 1, 1, 1, 1]], dtype=torch.int32)
     """
-    check_int("block", block)
+    block = check_int("block", block)
     k_len = check_lengths(q_len, k_len)
     device = _device(device, None)
     rel = relative_positions(q_len, k_len, device=device)  # j - i_pos
