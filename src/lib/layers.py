@@ -314,30 +314,26 @@ class SoftmaxAttention(_MultiHead):
             q = q * pos.q_scale.to(q.dtype)
         return q, k, qkv[2]
 
-    def mix(self, qkv, pos):
+    def _attend(self, qkv, pos, return_weights: bool):
+        """Softmax attention with the model's positions: the output, or (output, weights)."""
         q, k, v = self._inputs(qkv, pos)
         if not self.causal:
-            return _softmax_attention(q, k, v, causal=False)
+            return _softmax_attention(q, k, v, causal=False, return_weights=return_weights)
         if pos.attend is not None:  # ReRoPE, Self-Extend: q and k unrotated
-            return pos.attend(q, k, v, window=pos.window, sinks=pos.sinks)
+            return pos.attend(q, k, v, window=pos.window, sinks=pos.sinks, return_weights=return_weights)
         if pos.sinks and pos.window is not None:
             return sink_attention(q, k, v, window=pos.window, sinks=pos.sinks, slopes=pos.slopes,
-                                  distance_bias=pos.table)
+                                  distance_bias=pos.table, return_weights=return_weights)
         # a bias per distance (never stored as (heads, t, t)) and the window: the fused kernel,
         # ALiBi folded into q and k, or query chunks
-        return relative_attention(q, k, v, slopes=pos.slopes, distance_bias=pos.table, window=pos.window)
+        return relative_attention(q, k, v, slopes=pos.slopes, distance_bias=pos.table, window=pos.window,
+                                  return_weights=return_weights)
+
+    def mix(self, qkv, pos):
+        return self._attend(qkv, pos, return_weights=False)
 
     def weights(self, qkv, pos):
-        q, k, v = self._inputs(qkv, pos)
-        if not self.causal:
-            return _softmax_attention(q, k, v, causal=False, return_weights=True)[1]
-        if pos.attend is not None:
-            return pos.attend(q, k, v, window=pos.window, sinks=pos.sinks, return_weights=True)[1]
-        if pos.sinks and pos.window is not None:
-            return sink_attention(q, k, v, window=pos.window, sinks=pos.sinks, slopes=pos.slopes,
-                                  distance_bias=pos.table, return_weights=True)[1]
-        return relative_attention(q, k, v, slopes=pos.slopes, distance_bias=pos.table, window=pos.window,
-                                  return_weights=True)[1]
+        return self._attend(qkv, pos, return_weights=True)[1]
 
 
 def _denominator(fq: torch.Tensor, fk: torch.Tensor, causal: bool) -> torch.Tensor:
