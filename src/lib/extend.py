@@ -159,7 +159,7 @@ def rope_frequencies_dynamic_ntk(
     base = _check_base(base)
     if n <= length:
         return rope_frequencies(dim, base)
-    return rope_frequencies(dim, base * (a * n / length - (a - 1)) ** (dim / (dim - 2)))
+    return rope_frequencies_ntk(dim, base, a * n / length - (a - 1))
 
 
 # ---------------------------------------------------------------------------

@@ -36,8 +36,6 @@ __all__ = ["rerope_positions", "self_extend_positions", "rerope_attention", "sel
            "streaming_attention"]
 
 
-
-
 def _query_key_positions(q_len: int, k_len: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:
     k_len = q_len if k_len is None else check_int("k_len", k_len)
     q_len = check_int("q_len", q_len)
