@@ -214,7 +214,8 @@ class RopeScaling:
             raise ValueError(f"rope scaling method must be one of {ROPE_SCALING_METHODS}, got {self.method!r}")
         object.__setattr__(self, "factor", _check_scale(self.factor))
         if self.original_max_position is not None:
-            object.__setattr__(self, "original_max_position", check_int("original_max_position", self.original_max_position, low=2))
+            object.__setattr__(self, "original_max_position",
+                               check_int("original_max_position", self.original_max_position, low=2))
         if self.method in _TWO_PASS:
             if self.window is None:
                 raise ValueError(f"{self.method!r} needs a window w >= 1 of exact relative positions, e.g. "
@@ -225,7 +226,8 @@ class RopeScaling:
         if self.method == "yarn":
             rope_frequencies_yarn(4, 10000.0, self.factor, 2, self.beta_fast, self.beta_slow)  # checks the betas
             if self.attention_factor is not None:
-                object.__setattr__(self, "attention_factor", check_number("attention_factor", self.attention_factor, 0))
+                object.__setattr__(self, "attention_factor",
+                                   check_number("attention_factor", self.attention_factor, 0))
         if self.method == "llama3":
             rope_frequencies_llama3(4, 10000.0, self.factor, self.low_freq_factor, self.high_freq_factor, 2)
 
