@@ -1,0 +1,358 @@
+"""Evidence that holds on any machine: seeds, their spread, and numbers quoted from the run.
+
+A tiny model trained once gives one number. Another seed, another CPU or
+another set of CPU kernels (``ATEN_CPU_CAPABILITY``) rounds in another order
+and trains to another number. The book therefore compares schemes only over
+several seeds, reports the mean with the min-max range, states an ordering
+only where the ranges separate, and quotes numbers from the run itself:
+
+* :func:`seed_offset` reads ``$POSENC_SEED`` (default 0); :func:`seeds` gives
+  the training seeds of a comparison and :func:`evaluation_seed` the seed of
+  the evaluation batches, both moved by it, so anyone can rerun a chapter on
+  other seeds.
+* :func:`train_seeds` trains one configuration on every seed (cached like any
+  :func:`~posenc.train` run); :func:`over_seeds` runs any measurement per seed
+  and :func:`spread` aggregates per-seed results, leaf by leaf, into
+  :class:`Spread` values (mean, min, max).
+* :func:`separated` says whether two ranges separate, the condition for a
+  verdict; :func:`glue` hands a number to the page's prose (myst-nb's
+  ``{glue:text}`` role) and returns its text.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+from ._validate import check_int
+from .runtime import pick_device
+from .train import TrainResult, _progress_bar, train
+
+__all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "Spread", "spread", "over_seeds",
+           "train_seeds", "separated", "glue"]
+
+SEED_ENV = "POSENC_SEED"
+#: The evaluation batches' seed at ``$POSENC_SEED = 0`` (the default of :func:`posenc.evaluate_lengths`).
+EVALUATION_SEED = 1234
+
+
+def seed_offset() -> int:
+    """``$POSENC_SEED`` as an integer >= 0 (0 when unset).
+
+    Raises:
+        ValueError: if the variable is set to anything but a non-negative integer.
+    """
+    value = os.environ.get(SEED_ENV, "").strip()
+    if not value:
+        return 0
+    if not value.isdigit():
+        raise ValueError(f"${SEED_ENV} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def seeds(count: int = 3) -> List[int]:
+    """The training seeds of a comparison: ``count`` consecutive seeds, block ``$POSENC_SEED``.
+
+    Block ``k`` is ``k * count, ..., k * count + count - 1``, so that
+    ``POSENC_SEED=1`` gives seeds that ``POSENC_SEED=0`` did not use.
+
+    >>> seeds(3)  # with POSENC_SEED unset
+    [0, 1, 2]
+    """
+    count = check_int("count", count, 1)
+    first = seed_offset() * count
+    return list(range(first, first + count))
+
+
+def evaluation_seed() -> int:
+    """The seed of the evaluation batches: 1234 plus ``$POSENC_SEED``.
+
+    Pass it as ``seed=`` to :func:`~posenc.evaluate_lengths` and
+    :func:`~posenc.evaluation_batches`; every model of a comparison is then
+    evaluated on the same sequences, and another ``POSENC_SEED`` draws others.
+    """
+    return EVALUATION_SEED + seed_offset()
+
+
+Number = Union[int, float]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A quantity measured once per seed: its ``values``, ``mean``, ``low`` (min) and ``high`` (max).
+
+    ``format(s, ".3f")`` and ``str(s)`` give ``"mean (low–high)"``, the form
+    the book's tables and prose use; comparisons of two spreads go through
+    :func:`separated` or :meth:`below`, never through the means alone.
+    """
+
+    values: Tuple[float, ...]
+
+    def __post_init__(self):
+        if not self.values:
+            raise ValueError("a Spread needs at least one value")
+
+    @property
+    def mean(self) -> float:
+        return math.fsum(self.values) / len(self.values)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    @property
+    def width(self) -> float:
+        """``high - low``: how much the seeds disagree."""
+        return self.high - self.low
+
+    def below(self, other: Union["Spread", Number], margin: float = 0.0) -> bool:
+        """Every value of ``self`` is below every value of ``other`` by more than ``margin``."""
+        return self.high + margin < _low(other)
+
+    def above(self, other: Union["Spread", Number], margin: float = 0.0) -> bool:
+        """Every value of ``self`` is above every value of ``other`` by more than ``margin``."""
+        return self.low - margin > _high(other)
+
+    def __format__(self, spec: str) -> str:
+        spec = spec or ".3f"
+        if len(self.values) == 1:
+            return format(self.mean, spec)
+        return f"{format(self.mean, spec)} ({format(self.low, spec)}–{format(self.high, spec)})"
+
+    def __str__(self) -> str:
+        return format(self, "")
+
+    def __float__(self) -> float:
+        return self.mean
+
+
+def _low(x: Union[Spread, Number]) -> float:
+    return x.low if isinstance(x, Spread) else float(x)
+
+
+def _high(x: Union[Spread, Number]) -> float:
+    return x.high if isinstance(x, Spread) else float(x)
+
+
+def _leaf(x: Any) -> Optional[float]:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    if isinstance(x, torch.Tensor) and x.numel() == 1 and x.is_floating_point():
+        return float(x.item())
+    if hasattr(x, "dtype") and getattr(x, "shape", None) == () and hasattr(x, "item"):  # NumPy scalars
+        item = x.item()
+        return float(item) if isinstance(item, (int, float)) and not isinstance(item, bool) else None
+    return None
+
+
+def spread(per_seed: Sequence[Any]) -> Any:
+    """Aggregate per-seed results of the same structure into :class:`Spread` leaves.
+
+    ``per_seed[i]`` is the result of seed ``i``: a number, a dict or a
+    list/tuple of them, nested any depth (dict keys and list lengths must agree
+    across seeds). A per-element tensor becomes a tensor-shaped list of
+    spreads. Anything else is refused.
+
+    >>> s = spread([{"a": 1.0, "b": [2.0, 3.0]}, {"a": 3.0, "b": [2.0, 5.0]}])
+    >>> s["a"].mean, s["a"].low, s["a"].high, format(s["b"][1], ".1f")
+    (2.0, 1.0, 3.0, '4.0 (3.0–5.0)')
+    """
+    if not isinstance(per_seed, (list, tuple)) or not per_seed:
+        raise ValueError(f"per_seed must be a non-empty list of per-seed results, got {per_seed!r}")
+    return _aggregate(list(per_seed), "result")
+
+
+def _aggregate(items: List[Any], where: str) -> Any:
+    first = items[0]
+    numbers = [_leaf(x) for x in items]
+    if all(v is not None for v in numbers):
+        return Spread(tuple(numbers))
+    if isinstance(first, Mapping):
+        keys = list(first)
+        for x in items:
+            if not isinstance(x, Mapping) or list(x) != keys:
+                raise ValueError(f"{where}: every seed must give the same keys {keys}, got {x!r}")
+        return {k: _aggregate([x[k] for x in items], f"{where}[{k!r}]") for k in keys}
+    if isinstance(first, torch.Tensor):
+        for x in items:
+            if not isinstance(x, torch.Tensor) or x.shape != first.shape:
+                raise ValueError(f"{where}: every seed must give a tensor of shape {tuple(first.shape)}")
+        return _aggregate([x.tolist() for x in items], where)
+    if isinstance(first, (list, tuple)):
+        for x in items:
+            if not isinstance(x, (list, tuple)) or len(x) != len(first):
+                raise ValueError(f"{where}: every seed must give a sequence of length {len(first)}, got {x!r}")
+        return [_aggregate([x[i] for x in items], f"{where}[{i}]") for i in range(len(first))]
+    raise ValueError(f"{where}: a per-seed result must be numbers, dicts, lists or tensors, got {first!r}")
+
+
+def over_seeds(measure: Callable[[int], Any], seed_list: Optional[Sequence[int]] = None) -> Any:
+    """``spread([measure(s) for s in seed_list])``; ``seed_list`` defaults to :func:`seeds`."""
+    seed_list = seeds() if seed_list is None else list(seed_list)
+    if not seed_list:
+        raise ValueError("seed_list must not be empty")
+    return spread([measure(s) for s in seed_list])
+
+
+def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], Any]]], data: Any,
+                seed_list: Optional[Sequence[int]] = None, *, init: Optional[Sequence[TrainResult]] = None,
+                workers: Optional[int] = None, **train_kwargs: Any) -> Any:
+    """Train a fresh model on ``data`` once per seed (or every configuration of a dict, once per seed).
+
+    ``make_model`` is a function returning a new model, or a dict ``{name:
+    function}``; the result is ``[pe.train(make_model(), data, seed=s, ...)
+    for s in seed_list]``, or ``{name: that list}``. Every run is cached by
+    its configuration, the seed included, so a re-run loads them.
+
+    Args:
+        seed_list: the seeds, default :func:`seeds` (``seed=`` is refused).
+        init: fine-tune: one earlier :class:`~posenc.TrainResult` per seed
+            (``init[i]`` starts the run of ``seed_list[i]``), e.g. the list an
+            earlier ``train_seeds`` returned.
+        workers: processes that train side by side on a CPU (default: the
+            cores this process may use, at most one per run). Each trains on
+            one thread and writes the run cache, which this process then reads,
+            so the results are those of training one after the other. Used on
+            Linux with the run cache and the CPU only; elsewhere the runs train
+            here, one after the other.
+        train_kwargs: the other arguments of :func:`~posenc.train`.
+    """
+    if isinstance(make_model, Mapping):
+        if not make_model:
+            raise ValueError("make_model must not be an empty dict")
+        makers = dict(make_model)
+    else:
+        makers = {None: make_model}
+    for name, maker in makers.items():
+        if not callable(maker) or isinstance(maker, torch.nn.Module):
+            raise ValueError(f"make_model{'' if name is None else f'[{name!r}]'} must be a function returning a new "
+                             "model, e.g. lambda: P.make_model(task.vocab_size, 'rope')")
+    if "seed" in train_kwargs:
+        raise ValueError("pass the seeds as seed_list, not seed=")
+    seed_list = seeds() if seed_list is None else [check_int("every seed", s, 0) for s in seed_list]
+    if not seed_list:
+        raise ValueError("seed_list must not be empty")
+    if init is not None:
+        init = list(init) if isinstance(init, (list, tuple)) else init
+        if not isinstance(init, list) or len(init) != len(seed_list):
+            raise ValueError(f"init must be a list of {len(seed_list)} earlier runs, one per seed")
+    jobs = []
+    for name, maker in makers.items():
+        for i, s in enumerate(seed_list):
+            model = maker()
+            if any(model is job[1] for job in jobs):
+                raise ValueError("make_model must return a new model on every call")
+            kwargs = dict(train_kwargs, seed=s, **({} if init is None else {"init": init[i]}))
+            jobs.append((name, model, kwargs))
+    _train_in_workers([(model, data, kwargs) for _, model, kwargs in jobs], workers)
+    runs: Dict[Any, List[TrainResult]] = {name: [] for name in makers}
+    for name, model, kwargs in jobs:
+        runs[name].append(train(model, data, **kwargs))
+    return runs[None] if None in runs else runs
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _train_in_workers(jobs: List[Tuple[Any, Any, Dict[str, Any]]], workers: Optional[int]) -> None:
+    """Fill the run cache for ``jobs`` with up to ``workers`` forked processes (where that is safe and useful).
+
+    A child trains one job on one thread with its output silenced and exits;
+    its warnings come back through a pipe and are raised here. A child that
+    fails leaves no entry, so the caller's own :func:`~posenc.train` trains
+    that job again here and raises its error.
+    """
+    workers = min(_usable_cores(), len(jobs)) if workers is None else check_int("workers", workers, 1)
+    device = jobs[0][2].get("device")
+    if (workers < 2 or len(jobs) < 2 or not hasattr(os, "fork") or not sys.platform.startswith("linux")
+            or any(not kw.get("cache", True) for _, _, kw in jobs)
+            or torch.device(pick_device() if device is None else device).type != "cpu"):
+        return
+    running: Dict[int, int] = {}  # pid -> read end of its pipe
+    todo = list(jobs)
+    with _progress_bar(len(jobs), f"{len(jobs)} runs, {workers} at a time", True) as bar:
+        while todo or running:
+            while todo and len(running) < workers:
+                model, data, kwargs = todo.pop(0)
+                read, write = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # the child: train, report warnings, exit without running the parent's exit handlers
+                    os.close(read)
+                    _child_train(model, data, kwargs, write)
+                running[pid] = read
+                os.close(write)
+            done = [pid for pid in running if os.waitpid(pid, os.WNOHANG)[0] == pid]  # only our own children
+            if not done:
+                time.sleep(0.05)
+            for pid in done:
+                with os.fdopen(running.pop(pid), "rb") as pipe:
+                    for message in pipe.read().decode("utf-8", "replace").split("\0"):
+                        if message:
+                            warnings.warn(message, RuntimeWarning, stacklevel=3)
+                bar.update(1)
+
+
+def _child_train(model: Any, data: Any, kwargs: Dict[str, Any], write: int) -> None:  # pragma: no cover (a child)
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        sys.stdout = sys.stderr = open(os.devnull, "w")
+        torch.set_num_threads(1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            train(model, data, **dict(kwargs, progress=False))
+        os.write(write, "\0".join(str(w.message)[:2000] for w in caught[:16]).encode())
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def separated(a: Union[Spread, Number], b: Union[Spread, Number], margin: float = 0.0) -> bool:
+    """True when the ranges of ``a`` and ``b`` do not overlap (apart by more than ``margin``)."""
+    return _high(a) + margin < _low(b) or _high(b) + margin < _low(a)
+
+
+def glue(name: str, value: Any, spec: str = ".3f") -> str:
+    """Hand ``value``, formatted with ``spec``, to the page's prose as ``{glue:text}`name```; return the text.
+
+    A :class:`Spread` becomes ``"mean (low–high)"``, a number ``format(value,
+    spec)``, a string stays as it is. The text is glued with myst-nb (the
+    website's build reads it from the executed notebook); where myst-nb is
+    not installed or no kernel runs (Colab, a script) nothing is displayed.
+    """
+    if not isinstance(name, str) or not name or any(c.isspace() or c in "`:" for c in name):
+        raise ValueError(f"name must be a non-empty name without spaces, colons or backticks, got {name!r}")
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, Spread) or _leaf(value) is not None:
+        text = format(value if isinstance(value, Spread) else _leaf(value), spec)
+    else:
+        raise ValueError(f"glue takes a number, a Spread or a string, got {type(value).__name__}")
+    try:
+        from IPython import get_ipython
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return text
+    if get_ipython() is not None:
+        myst_glue(name, text, display=False)
+    return text
+

@@ -1,0 +1,155 @@
+"""Seeds, spreads and glued numbers (posenc.evidence)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+import posenc as pe
+
+
+def test_seeds_default_and_offset(monkeypatch):
+    monkeypatch.delenv("POSENC_SEED", raising=False)
+    assert pe.seed_offset() == 0 and pe.seeds() == [0, 1, 2] and pe.evaluation_seed() == 1234
+    monkeypatch.setenv("POSENC_SEED", "1")
+    assert pe.seeds() == [3, 4, 5] and pe.seeds(2) == [2, 3] and pe.evaluation_seed() == 1235
+    monkeypatch.setenv("POSENC_SEED", " 2 ")
+    assert pe.seeds(3) == [6, 7, 8]
+
+
+@pytest.mark.parametrize("value", ["-1", "one", "1.5", "0x1"])
+def test_bad_seed_variable(monkeypatch, value):
+    monkeypatch.setenv("POSENC_SEED", value)
+    with pytest.raises(ValueError, match="POSENC_SEED"):
+        pe.seeds()
+
+
+@pytest.mark.parametrize("count", [0, -1, 1.5, True, "3"])
+def test_bad_seed_count(count):
+    with pytest.raises(ValueError, match="count"):
+        pe.seeds(count)
+
+
+@given(st.integers(0, 50), st.integers(1, 6))
+def test_seed_blocks_never_overlap(block, count):
+    import os
+    old = os.environ.get("POSENC_SEED")
+    try:
+        os.environ["POSENC_SEED"] = str(block)
+        a = set(pe.seeds(count))
+        os.environ["POSENC_SEED"] = str(block + 1)
+        assert not a & set(pe.seeds(count)) and len(a) == count
+    finally:
+        os.environ.pop("POSENC_SEED") if old is None else os.environ.__setitem__("POSENC_SEED", old)
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=8))
+def test_spread_is_mean_min_max(values):
+    s = pe.spread(values)
+    assert s.low == min(values) and s.high == max(values)
+    assert s.low - 1e-9 * (1 + abs(s.low)) <= s.mean <= s.high + 1e-9 * (1 + abs(s.high))
+    assert math.isclose(s.mean, math.fsum(values) / len(values), rel_tol=1e-12, abs_tol=1e-9)
+    assert s.width == s.high - s.low >= 0
+
+
+def test_spread_of_nested_results_and_tensors():
+    per_seed = [{"rope": {64: 0.1, 128: torch.tensor(0.5)}, "acc": torch.tensor([1.0, 0.5])},
+                {"rope": {64: 0.3, 128: np.float64(0.7)}, "acc": torch.tensor([0.0, 0.5])}]
+    s = pe.spread(per_seed)
+    assert s["rope"][64].values == (0.1, 0.3) and math.isclose(s["rope"][128].mean, 0.6)
+    assert [x.values for x in s["acc"]] == [(1.0, 0.0), (0.5, 0.5)]
+
+
+def test_spread_format():
+    s = pe.Spread((0.08, 0.071, 0.093))
+    assert format(s, ".3f") == "0.081 (0.071–0.093)" and str(s) == "0.081 (0.071–0.093)"
+    assert format(pe.Spread((2.0,)), ".1f") == "2.0" and float(s) == s.mean
+
+
+@pytest.mark.parametrize("bad", [[], [{"a": 1.0}, {"b": 1.0}], [[1.0], [1.0, 2.0]], ["x", "y"], [None],
+                                 [True, False], [torch.zeros(2), torch.zeros(3)], "abc"])
+def test_spread_refuses_mismatched_results(bad):
+    with pytest.raises(ValueError):
+        pe.spread(bad)
+
+
+def test_separated_and_ordering():
+    a, b = pe.Spread((0.1, 0.2)), pe.Spread((0.25, 0.3))
+    assert pe.separated(a, b) and pe.separated(b, a) and a.below(b) and b.above(a)
+    assert not pe.separated(a, b, margin=0.1) and not a.below(b, margin=0.05)
+    c = pe.Spread((0.15, 0.26))
+    assert not pe.separated(a, c) and not pe.separated(c, b) and not c.below(b)
+    assert a.below(0.21) and not a.below(0.2) and pe.separated(0.5, a)
+
+
+def test_over_seeds_calls_every_seed(monkeypatch):
+    monkeypatch.delenv("POSENC_SEED", raising=False)
+    seen = []
+    s = pe.over_seeds(lambda seed: seen.append(seed) or {"x": float(seed)})
+    assert seen == [0, 1, 2] and s["x"].values == (0.0, 1.0, 2.0)
+    assert pe.over_seeds(lambda seed: seed * 2.0, [5, 7]).values == (10.0, 14.0)
+    with pytest.raises(ValueError):
+        pe.over_seeds(lambda s: 1.0, [])
+
+
+def test_train_seeds_trains_one_model_per_seed_and_caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    task = pe.MarkovChain(vocab_size=4, order=1, seed=0)
+    make = lambda: pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position="rope")  # noqa: E731
+    kw = dict(steps=3, seq_len=8, batch_size=2, progress=False)
+    runs = pe.train_seeds(make, task, [0, 1], **kw)
+    assert [r.config["train"]["seed"] for r in runs] == [0, 1] and runs[0].model is not runs[1].model
+    assert runs[0].losses != runs[1].losses and not any(r.from_cache for r in runs)
+    again = pe.train_seeds(make, task, [0, 1], **kw)
+    assert all(r.from_cache for r in again) and [r.losses for r in again] == [r.losses for r in runs]
+    same = pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position="rope")
+    with pytest.raises(ValueError, match="new model"):
+        pe.train_seeds(lambda: same, task, [0, 1], **kw)
+    with pytest.raises(ValueError, match="seed_list"):
+        pe.train_seeds(make, task, [0], seed=3, **kw)
+    with pytest.raises(ValueError, match="every seed"):
+        pe.train_seeds(make, task, [-1], **kw)
+    with pytest.raises(ValueError, match="make_model"):
+        pe.train_seeds(same, task, [0], **kw)
+
+
+def test_glue_returns_the_text_outside_a_kernel():
+    assert pe.glue("x", pe.Spread((1.0, 3.0)), ".1f") == "2.0 (1.0–3.0)"
+    assert pe.glue("y", 0.12345, ".2f") == "0.12" and pe.glue("z", np.float32(2.5), ".1f") == "2.5"
+    assert pe.glue("w", "as is") == "as is" and pe.glue("t", torch.tensor(0.5), ".1f") == "0.5"
+    for bad_name in ["", "a b", "a:b", "a`b", 3]:
+        with pytest.raises(ValueError, match="name"):
+            pe.glue(bad_name, 1.0)
+    with pytest.raises(ValueError, match="glue takes"):
+        pe.glue("v", [1.0])
+
+
+def test_glue_reaches_myst_nb_in_a_kernel():
+    """In a kernel with myst-nb, the text is displayed under myst-nb's glue prefix for the page to read."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("myst_nb")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import posenc as pe\npe.glue('k', pe.Spread((0.25, 0.75)), '.2f')")])
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    glued = [o for o in outputs if o.get("metadata", {}).get("scrapbook", {}).get("name") == "k"]
+    assert len(glued) == 1
+    text = next(v for k, v in glued[0]["data"].items() if k.endswith("text/plain"))
+    assert text == repr("0.50 (0.25–0.75)")
+
+
+def test_curves_draw_ranges_as_error_bars():
+    fig = pe.viz.curves([1, 2], {"a": [1.0, 2.0], "b": [0.5, 0.5]}, ranges={"a": ([0.5, 2.0], [1.5, 2.5])})
+    err = fig.data[0].error_y
+    assert list(err.array) == [0.5, 0.5] and list(err.arrayminus) == [0.5, 0.0] and not fig.data[1].error_y.array
+    with pytest.raises(ValueError, match="enclose"):
+        pe.viz.curves([1, 2], {"a": [1.0, 2.0]}, ranges={"a": ([1.5, 2.0], [1.5, 2.5])})
+    with pytest.raises(ValueError, match="shape"):
+        pe.viz.curves([1, 2], {"a": [1.0, 2.0]}, ranges={"a": ([1.0], [2.0])})
+    with pytest.raises(ValueError, match="not drawn"):
+        pe.viz.curves([1, 2], {"a": [1.0, 2.0]}, ranges={"b": ([1.0, 2.0], [1.0, 2.0])})
+    with pytest.raises(ValueError, match="pair"):
+        pe.viz.curves([1, 2], {"a": [1.0, 2.0]}, ranges={"a": [1.0, 2.0, 3.0]})
