@@ -95,15 +95,17 @@ def test_over_seeds_calls_every_seed(monkeypatch):
 
 
 def test_train_seeds_trains_one_model_per_seed_and_caches(tmp_path, monkeypatch):
-    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "serial"))
     task = pe.MarkovChain(vocab_size=4, order=1, seed=0)
     make = lambda: pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position="rope")  # noqa: E731
     kw = dict(steps=3, seq_len=8, batch_size=2, progress=False)
-    runs = pe.train_seeds(make, task, [0, 1], **kw)
+    runs = pe.train_seeds(make, task, [0, 1], workers=1, **kw)
     assert [r.config["train"]["seed"] for r in runs] == [0, 1] and runs[0].model is not runs[1].model
     assert runs[0].losses != runs[1].losses and not any(r.from_cache for r in runs)
     again = pe.train_seeds(make, task, [0, 1], **kw)
     assert all(r.from_cache for r in again) and [r.losses for r in again] == [r.losses for r in runs]
+    one = pe.train(make(), task, seed=1, **kw)
+    assert one.from_cache and one.losses == runs[1].losses
     same = pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position="rope")
     with pytest.raises(ValueError, match="new model"):
         pe.train_seeds(lambda: same, task, [0, 1], **kw)
@@ -113,6 +115,30 @@ def test_train_seeds_trains_one_model_per_seed_and_caches(tmp_path, monkeypatch)
         pe.train_seeds(make, task, [-1], **kw)
     with pytest.raises(ValueError, match="make_model"):
         pe.train_seeds(same, task, [0], **kw)
+    with pytest.raises(ValueError, match="init"):
+        pe.train_seeds(make, task, [0, 1], init=runs[:1], **kw)
+    with pytest.raises(ValueError, match="workers"):
+        pe.train_seeds(make, task, [0, 1], workers=0, **kw)
+
+
+def test_workers_give_the_runs_of_training_one_after_the_other(tmp_path, monkeypatch):
+    """Forked workers fill the cache; the parent loads exactly what training here gives (configs x seeds, init)."""
+    task = pe.MarkovChain(vocab_size=4, order=1, seed=0)
+    makers = {s: (lambda s=s: pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position=s)) for s in ["rope", "alibi"]}
+    kw = dict(steps=4, seq_len=8, batch_size=2, progress=False)
+    results = {}
+    for workers in (1, 2):
+        monkeypatch.setenv("POSENC_CACHE", str(tmp_path / str(workers)))
+        runs = pe.train_seeds(makers, task, [0, 1, 2], workers=workers, **kw)
+        tuned = pe.train_seeds(makers["rope"], task, [0, 1, 2], init=runs["rope"], workers=workers,
+                               **dict(kw, steps=2, seq_len=16))
+        results[workers] = ({k: [r.losses for r in v] for k, v in runs.items()}, [r.losses for r in tuned],
+                            [r.model.state_dict()["tok.weight"] for r in tuned])
+        if workers == 2 and __import__("sys").platform.startswith("linux"):
+            assert all(r.from_cache for v in runs.values() for r in v)    # trained by the workers, loaded here
+    assert results[1][0] == results[2][0] and results[1][1] == results[2][1]
+    assert all(torch.equal(a, b) for a, b in zip(results[1][2], results[2][2]))
+    assert list(results[1][0]) == ["rope", "alibi"] and results[1][0]["rope"][0] != results[1][0]["rope"][1]
 
 
 def test_glue_returns_the_text_outside_a_kernel():
