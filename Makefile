@@ -25,8 +25,13 @@ THREADS ?= $(shell $(PYTHON) -c "import os; print(max(1, (os.cpu_count() or 1) /
 # and the quick ones that `make test` runs that way (empty: none).
 CHAPTERS ?=
 COLAB_QUICK ?= 01 02
+# `make test` also runs the chapters that train models on the other CPU kernel set of this machine,
+# with POSENC_SEED=1 and an empty run cache (make test-evidence); `make test EVIDENCE=` skips it.
+EVIDENCE ?= 1
+# What the executed chapters depend on besides their source: a change empties the book's execution cache.
+BOOK_ENV = size=$(SIZE) seed=$(POSENC_SEED) kernels=$(ATEN_CPU_CAPABILITY)
 
-.PHONY: all book test test-lib test-notebooks test-site colab-check install-cells dist benchmarks gpu-kit venv clean
+.PHONY: all book test test-lib test-notebooks test-site test-evidence colab-check install-cells dist benchmarks gpu-kit venv clean
 
 all: test
 
@@ -40,6 +45,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 book: venv
+	@mkdir -p _build; if [ -f _build/.book-env ] && [ "$$(cat _build/.book-env)" != "$(BOOK_ENV)" ]; then \
+		echo "$(BOOK_ENV) differs from the last build ($$(cat _build/.book-env)): executing every chapter again"; \
+		rm -rf _build/.jupyter_cache; fi; echo "$(BOOK_ENV)" > _build/.book-env
 	POSENC_SIZE=$(SIZE) POSENC_STATIC=1 $(BIN)/jupyter-book build --all -W --keep-going .
 	@echo "The website is in $(SITE)/index.html"
 
@@ -49,6 +57,9 @@ test: venv
 ifneq ($(strip $(COLAB_QUICK)),)
 	@$(MAKE) --no-print-directory colab-check CHAPTERS="$(COLAB_QUICK)"
 endif
+ifneq ($(strip $(EVIDENCE)),)
+	@$(MAKE) --no-print-directory test-evidence
+endif
 
 test-lib: venv
 	$(BIN)/python -m pytest tests -p no:cacheprovider
@@ -56,6 +67,10 @@ test-lib: venv
 test-notebooks: venv
 	OMP_NUM_THREADS=$(THREADS) POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest chapters --nbval-lax -p no:cacheprovider \
 		-n $(JOBS) --dist loadfile
+
+# The chapters that train, again on the other CPU kernel set, POSENC_SEED=1 and an empty run cache.
+test-evidence: venv
+	POSENC_SIZE=$(SIZE) $(BIN)/python book/evidence_check.py $(CHAPTERS)
 
 test-site: venv
 	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/test_site.py -p no:cacheprovider

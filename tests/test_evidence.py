@@ -179,3 +179,27 @@ def test_curves_draw_ranges_as_error_bars():
         pe.viz.curves([1, 2], {"a": [1.0, 2.0]}, ranges={"b": ([1.0, 2.0], [1.0, 2.0])})
     with pytest.raises(ValueError, match="pair"):
         pe.viz.curves([1, 2], {"a": [1.0, 2.0]}, ranges={"a": [1.0, 2.0, 3.0]})
+
+
+def _evidence_check():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "book" / "evidence_check.py"
+    spec = importlib.util.spec_from_file_location("evidence_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_evidence_check_finds_the_training_chapters_and_the_other_kernels():
+    check = _evidence_check()
+    names = [p.stem for p in check.training_chapters()]
+    assert "07_local_attention" in names and "08_stretching" in names and "01_why_position" not in names
+    assert names == sorted(names) and [p.stem for p in check.training_chapters(["08"])] == ["08_stretching"]
+    other = check.other_kernels()
+    assert other in ("avx2", "default") and other != torch.backends.cpu.get_cpu_capability().lower()
+    with pytest.raises(SystemExit):
+        check.main(["99"])
+    with pytest.raises(SystemExit):
+        check.main(["--seed", "x"])
