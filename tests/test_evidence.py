@@ -203,3 +203,12 @@ def test_evidence_check_finds_the_training_chapters_and_the_other_kernels():
         check.main(["99"])
     with pytest.raises(SystemExit):
         check.main(["--seed", "x"])
+
+
+def test_slider_axis_ranges_hold_the_error_bars():
+    """A slider figure keeps one axis range over its steps: wide enough for every step's error bars."""
+    def make(k):
+        return pe.viz.curves([1, 2], {"a": [1.0, k]}, ranges={"a": ([0.5, k - 1], [1.5, k + 3])})
+    fig = pe.viz.slider_figure(make, [2.0, 4.0], name="k")
+    low, high = fig.layout.yaxis.range
+    assert low <= 0.5 and high >= 7.0

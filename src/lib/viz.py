@@ -272,6 +272,13 @@ def _data_range(fig: go.Figure, name: str, log: bool) -> Optional[list]:
             other = trace["y" if letter == "x" else "x"]
             values = np.arange(len(other)) if other is not None else []
         extent = _extent(values, log)
+        error = trace[f"error_{letter}"]
+        if extent is not None and error is not None and error.array is not None:  # error bars: their ends too
+            v = np.asarray(_to_numpy(values), dtype=float)
+            up = np.asarray(error.array, dtype=float)
+            down = up if error.arrayminus is None or error.symmetric else np.asarray(error.arrayminus, dtype=float)
+            ends = [_extent(v + up, log), _extent(v - down, log)]
+            extent = (min([extent[0]] + [e[0] for e in ends if e]), max([extent[1]] + [e[1] for e in ends if e]))
         if extent is not None:
             low, high = min(low, extent[0]), max(high, extent[1])
         if trace.type == "bar" and letter == ("x" if trace.orientation == "h" else "y") and not log:
