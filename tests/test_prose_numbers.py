@@ -16,13 +16,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The chapters whose prose quotes trained models (and the appendix, which quotes measured costs).
-CHECKED = ["07_local_attention", "08_stretching", "09_linear_attention", "10_summary"]
+CHECKED = ["04_alibi", "07_local_attention", "08_stretching", "09_linear_attention", "10_summary", "appendix_cost"]
 #: Numbers a chapter quotes from a paper, not measured here: ``{chapter: {number: source}}``.
 PUBLISHED = {
+    "04_alibi": {},
     "07_local_attention": {},
     "08_stretching": {},
     "09_linear_attention": {},
     "10_summary": {},
+    "appendix_cost": {},
 }
 
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
@@ -33,7 +35,7 @@ _DIRECTIVE = re.compile(r"^(:::|```)\{[^}]*\}.*$|^:[a-z-]+:.*$", re.M)
 _REFERENCE = re.compile(r"\b(?:Proposition|Prop\.|Section|Sec\.|Exercise|exercise|Table|Figure|Fig\.|Eq\.|Equation|"
                         r"Theorem|Lemma|Corollary|Chapter|chapter|Llama|version|Python|PyTorch|torch|plotly)"
                         r"\s+\d+(?:\.\d+)+")      # "Proposition 3.1", "Llama 3.1": names, not measurements
-_NUMBER = re.compile(r"(?<![\w.])(\d+\.\d+|\d+(?:\.\d+)?\s?%)(?![\w.]*\d)")
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?\s?%|\d+\.\d+)(?![\w.]*\d)")
 
 
 def prose_numbers(markdown: str) -> list:
