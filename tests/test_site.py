@@ -226,6 +226,7 @@ def test_exercise_answers_stay_hidden_until_the_solution_is_opened(visit, path):
 
 PHONE, DESKTOP = (390, 844), (1366, 900)
 TEXT_ONLY_BYTES, CHAPTER_BYTES, FIRST_PAINT_MS = 1_000_000, 2_500_000, 1500
+BLOCKING_BYTES = 400_000  # stylesheets and scripts the first paint waits for, on the wire
 
 _FIGURES_DRAWN = ("() => [...document.querySelectorAll('div.plotly-graph-div')]"
                   ".every(d => d._fullLayout && d.querySelector('svg.main-svg'))")
@@ -306,7 +307,19 @@ def test_pages_are_light_and_paint_fast(visit, path):
     assert measured["bytes"] <= limit, (f"{path} loads {measured['bytes'] / 1e6:.2f} MB "
                                        f"({measured['decoded'] / 1e6:.2f} MB decoded; limit {limit / 1e6:g} MB)")
     if path != "index.html":  # the redirect page paints nothing of its own
-        assert measured["fcp"] is not None and measured["fcp"] <= FIRST_PAINT_MS, f"{path}: first paint {measured}"
+        # First paint is a timing: on a loaded machine one load can be slow for reasons outside the page, so the
+        # page passes when one of up to three fresh loads paints in time. What the page makes wait for the first
+        # paint (stylesheets and scripts that block rendering) is checked on the first load, where timing plays no part.
+        blocking = page.evaluate("() => performance.getEntriesByType('resource')"
+                                 ".filter(e => e.renderBlockingStatus === 'blocking')"
+                                 ".reduce((sum, e) => sum + (e.transferSize || e.encodedBodySize || 0), 0)")
+        assert blocking <= BLOCKING_BYTES, f"{path}: {blocking / 1e3:.0f} kB block the first paint"
+        paints = [measured["fcp"]]
+        while (paints[-1] is None or paints[-1] > FIRST_PAINT_MS) and len(paints) < 3:
+            again = visit(path, DESKTOP)
+            paints.append(_weight_and_first_paint(again.page)["fcp"])
+            again.close()
+        assert paints[-1] is not None and paints[-1] <= FIRST_PAINT_MS, f"{path}: first paint (ms) {paints}"
     plotly = page.evaluate("() => [...document.scripts].filter(s => /plotly[^/]*\\.js/.test(s.src))"
                            ".map(s => ({defer: s.defer, async: s.async, head: s.parentElement.tagName}))")
     assert (len(plotly) == 1) == bool(figures), f"{path}: plotly.js {plotly} with {figures} figures"
