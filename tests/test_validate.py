@@ -62,5 +62,7 @@ def test_sizes_given_as_numpy_or_tensor_integers_are_stored_as_python_ints():
     assert type(spelled.window) is int and type(spelled.train_len) is int
     spelled.sinks = np.int64(2)
     assert type(spelled.sinks) is int
-    scaling = pe.RopeScaling("rerope", window=np.int64(8), original_max_position=np.int64(32))
-    assert type(scaling.window) is int and type(scaling.original_max_position) is int
+    scaling = pe.RopeScaling("self_extend", window=np.int64(8), group=np.int64(2))
+    assert type(scaling.window) is int and type(scaling.group) is int
+    scaling = pe.RopeScaling("yarn", np.int64(4), original_max_position=np.int64(32))
+    assert type(scaling.original_max_position) is int and type(scaling.factor) is float

@@ -30,6 +30,18 @@ def check_int(name: str, value: Any, low: int = 1) -> int:
     return number
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` as a Python bool (``True``/``False``, NumPy and one-element tensor booleans too), else ``ValueError``.
+
+    A truthy string such as ``"no"`` is refused, not read as ``True``.
+    """
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype == torch.bool:
+        value = bool(value.item())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
 def check_number(name: str, value: Any, low: float = -math.inf, *, inf_ok: bool = False, what: str = "") -> float:
     """``value`` as a float: a real number (NumPy scalars and one-element real tensors too, never a bool),
     finite (or ``+inf`` if ``inf_ok``) and ``> low``; else ``ValueError``."""
@@ -44,9 +56,13 @@ def check_number(name: str, value: Any, low: float = -math.inf, *, inf_ok: bool 
 
 def check_even_dim(dim: Any, what: str) -> int:
     """Return ``dim`` if it is an even integer ``>= 2`` (channel pairs), else raise ``ValueError``."""
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
+    try:
+        value = check_int("dim", dim, low=2)
+    except ValueError:
+        value = None
+    if value is None or value % 2:
         raise ValueError(f"{what} needs an even dimension >= 2, got dim={dim!r}")
-    return dim
+    return value
 
 
 def check_float_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:

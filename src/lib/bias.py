@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Tuple, Union
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -57,8 +58,11 @@ ParamLike = Union[float, torch.Tensor]
 def _as_head_params(r1: ParamLike, r2: ParamLike) -> Tuple[torch.Tensor, torch.Tensor]:
     """Two per-head parameter vectors of one length, float, on one device."""
     out = []
+    # a number or a list next to a floating tensor takes that tensor's dtype directly (not rounded through float32)
+    like = next((v.dtype for v in (r1, r2) if isinstance(v, torch.Tensor) and v.is_floating_point()), None)
     for name, value in (("r1", r1), ("r2", r2)):
-        t = _as_tensor(name, value)  # numbers, NumPy, integer tensors; bool and complex refused
+        plain = not isinstance(value, (torch.Tensor, np.ndarray, np.generic))
+        t = _as_tensor(name, value, dtype=like if plain else None)  # numbers, NumPy, integer tensors; bool refused
         if t.ndim == 0:
             t = t.reshape(1)
         if t.ndim != 1 or t.numel() == 0:
@@ -545,8 +549,7 @@ class Sandwich(PositionScheme):
 
     def __init__(self, dim: int = 128, base: float = 10000.0) -> None:
         super().__init__()
-        check_even_dim(dim, "sandwich")
-        self.dim, self.base = dim, _check_base(base)
+        self.dim, self.base = check_even_dim(dim, "sandwich"), _check_base(base)
         self._cache: dict = {}
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -575,6 +578,7 @@ class T5Bias(PositionScheme):
 
     def __init__(self, num_buckets: int = 32, max_distance: int = 128) -> None:
         super().__init__()
+        num_buckets, max_distance = check_int("num_buckets", num_buckets), check_int("max_distance", max_distance)
         t5_relative_buckets(torch.zeros(1, dtype=torch.long), False, num_buckets, max_distance)  # validates
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.bias: Optional[T5RelativeBias] = None

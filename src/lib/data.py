@@ -51,6 +51,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
+from ._validate import check_bool, check_int, check_number
 from .runtime import cache_dir
 
 __all__ = [
@@ -76,12 +77,18 @@ _SPLITS = ("train", "validation")
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
 
-def _check_batch_args(batch_size: int, seq_len: int, split: str) -> None:
-    for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def _check_batch_args(batch_size: int, seq_len: int, split: str) -> Tuple[int, int]:
+    """``(batch_size, seq_len)`` as Python ints >= 1 (NumPy and 0-d tensors too); ``split`` one of the splits."""
     if split not in _SPLITS:
         raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
+    return check_int("batch_size", batch_size), check_int("seq_len", seq_len)
+
+
+def _probability(name: str, value: Any) -> float:
+    p = check_number(name, value, what=" (a probability in [0, 1])")
+    if not 0 <= p <= 1:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+    return p
 
 
 def _check_generator(generator: Optional[torch.Generator]) -> None:
@@ -130,13 +137,11 @@ class MarkovChain:
     """
 
     def __init__(self, vocab_size: int = 16, order: int = 2, alpha: float = 0.1, seed: int = 0) -> None:
-        for name, value, low in (("vocab_size", vocab_size, 2), ("order", order, 1), ("seed", seed, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        vocab_size, order, seed = (check_int(name, value, low) for name, value, low in
+                                   (("vocab_size", vocab_size, 2), ("order", order, 1), ("seed", seed, 0)))
         if vocab_size ** order > 2 ** 20:
             raise ValueError(f"vocab_size**order = {vocab_size ** order} contexts is too many (max 2**20)")
-        if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
+        alpha = check_number("alpha", alpha, 0.0)
         self.vocab_size, self.order, self.alpha, self.seed = vocab_size, order, float(alpha), seed
         rng = np.random.RandomState(seed)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -161,7 +166,7 @@ class MarkovChain:
 
     def sample(self, batch_size: int, length: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """``(batch_size, length)`` int64 tokens of the chain."""
-        _check_batch_args(batch_size, length, "train")
+        batch_size, length = _check_batch_args(batch_size, length, "train")
         _check_generator(generator)
         v, k = self.vocab_size, self.order
         total = length + k
@@ -181,7 +186,7 @@ class MarkovChain:
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
               *, split: str = "train") -> Batch:
         """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64."""
-        _check_batch_args(batch_size, seq_len, split)
+        batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
         seq = self.sample(batch_size, seq_len + 1, generator)
         return seq[:, :-1], seq[:, 1:]
 
@@ -299,17 +304,14 @@ class FirstTokenRetrieval:
 
     def __init__(self, n_keys: int = 8, n_filler: int = 16, mark_prob: float = 0.1,
                  mark_last: bool = True, min_distance: int = 1, distinct_keys: bool = True) -> None:
-        for name, value, low in (("n_keys", n_keys, 2), ("n_filler", n_filler, 1), ("min_distance", min_distance, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if not (isinstance(mark_prob, (int, float)) and not isinstance(mark_prob, bool) and 0 <= mark_prob <= 1):
-            raise ValueError(f"mark_prob must be a probability in [0, 1], got {mark_prob!r}")
+        n_keys, n_filler, min_distance = (check_int(name, value, low) for name, value, low in (
+            ("n_keys", n_keys, 2), ("n_filler", n_filler, 1), ("min_distance", min_distance, 1)))
+        mark_prob = _probability("mark_prob", mark_prob)
         if mark_prob == 0 and not mark_last:
             raise ValueError("no markers at all: set mark_prob > 0 or mark_last=True")
         self.n_keys, self.n_filler = n_keys, n_filler
-        self.mark_prob, self.mark_last, self.min_distance = float(mark_prob), bool(mark_last), min_distance
-        if not isinstance(distinct_keys, bool):
-            raise ValueError(f"distinct_keys must be True or False, got {distinct_keys!r}")
+        self.mark_prob, self.mark_last, self.min_distance = mark_prob, check_bool("mark_last", mark_last), min_distance
+        distinct_keys = check_bool("distinct_keys", distinct_keys)
         if not distinct_keys and n_keys > n_filler:
             raise ValueError(f"distinct_keys=False draws keys from the filler: need n_keys <= n_filler, "
                              f"got {n_keys} > {n_filler}")
@@ -333,7 +335,7 @@ class FirstTokenRetrieval:
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
               *, split: str = "train") -> Batch:
         """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64; ``seq_len >= 2``."""
-        _check_batch_args(batch_size, seq_len, split)
+        batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
         _check_generator(generator)
         if seq_len < 2:
             raise ValueError(f"seq_len must be >= 2 (a key and a marker), got {seq_len}")
@@ -369,11 +371,8 @@ class LaggedCopy:
     """
 
     def __init__(self, vocab_size: int = 32, lag: int = 2, p_copy: float = 0.8) -> None:
-        for name, value, low in (("vocab_size", vocab_size, 2), ("lag", lag, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if not (isinstance(p_copy, (int, float)) and not isinstance(p_copy, bool) and 0 <= p_copy <= 1):
-            raise ValueError(f"p_copy must be a probability in [0, 1], got {p_copy!r}")
+        vocab_size, lag = check_int("vocab_size", vocab_size, 2), check_int("lag", lag, 1)
+        p_copy = _probability("p_copy", p_copy)
         self.vocab_size, self.lag, self.p_copy = vocab_size, lag, float(p_copy)
 
     @property
@@ -386,7 +385,7 @@ class LaggedCopy:
 
     def sample(self, batch_size: int, length: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """``(batch_size, length)`` int64 tokens."""
-        _check_batch_args(batch_size, length, "train")
+        batch_size, length = _check_batch_args(batch_size, length, "train")
         _check_generator(generator)
         x = torch.randint(self.vocab_size, (batch_size, length), generator=generator)
         copy = torch.rand(batch_size, length, generator=generator) < self.p_copy
@@ -397,7 +396,7 @@ class LaggedCopy:
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
               *, split: str = "train") -> Batch:
         """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64."""
-        _check_batch_args(batch_size, seq_len, split)
+        batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
         seq = self.sample(batch_size, seq_len + 1, generator)
         targets = seq[:, 1:].clone()
         targets[:, : self.lag - 1] = IGNORE_INDEX  # x_1 .. x_{lag-1}: uniform, nothing to copy
@@ -482,12 +481,17 @@ class CharCorpus:
 
     def decode(self, ids: torch.Tensor) -> str:
         """The characters of a 1-D tensor (or list) of ids."""
-        return "".join(CHARS[int(i)] for i in torch.as_tensor(ids).flatten())
+        ids = torch.as_tensor(ids)
+        if ids.numel() and (ids.is_floating_point() or ids.is_complex() or int(ids.min()) < 0
+                            or int(ids.max()) >= len(CHARS)):
+            raise ValueError(f"ids must be integers in [0, {len(CHARS)}) (vocab_size), got values from "
+                             f"{ids.min().item()} to {ids.max().item()}")
+        return "".join(CHARS[int(i)] for i in ids.flatten())
 
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
               *, split: str = "train") -> Batch:
         """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64."""
-        _check_batch_args(batch_size, seq_len, split)
+        batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
         _check_generator(generator)
         data = self.splits[split]
         if len(data) < seq_len + 1:
@@ -544,8 +548,7 @@ def _fetch(url: str, filename: str, sha256: Optional[str], root: Optional[Path],
     sha256 = _SHA256.get(filename) if sha256 is None else sha256
     if not (isinstance(sha256, str) and len(sha256) == 64 and all(c in "0123456789abcdef" for c in sha256.lower())):
         raise ValueError(f"sha256 must be 64 hexadecimal digits, got {sha256!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    timeout = check_number("timeout", timeout, 0.0, what=" of seconds")
     root = Path(root) if root is not None else cache_dir("data")
     path, expected = root / filename, sha256.lower()
     if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == expected:

@@ -45,7 +45,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from ._validate import check_int, check_number
+from ._validate import check_bool, check_int, check_number
 from .rerope import rerope_attention, self_extend_attention, streaming_attention
 from .rope import (
     RotaryEmbedding,
@@ -150,7 +150,7 @@ def rope_frequencies_dynamic_ntk(
     >>> bool((rope_frequencies_dynamic_ntk(8, 100, 128) == rope_frequencies(8)).all())
     True
     """
-    _check_rope_dim(dim)
+    dim = _check_rope_dim(dim)
     if dim < 4:
         raise ValueError(f"dynamic NTK scaling needs head_dim >= 4 (at least two pairs), got {dim}")
     n = check_int("seq_len", seq_len)
@@ -171,6 +171,11 @@ ROPE_SCALING_METHODS = ("linear", "ntk", "dynamic", "yarn", "llama3", "rerope", 
 
 _NEEDS_ORIGINAL = ("dynamic", "yarn", "llama3")
 _TWO_PASS = ("rerope", "self_extend")
+# the fields each rule reads besides its method; any other field must keep its default
+_FIELDS_OF = {"linear": ("factor",), "ntk": ("factor",), "dynamic": ("factor", "original_max_position"),
+              "yarn": ("factor", "original_max_position", "beta_fast", "beta_slow", "attention_factor"),
+              "llama3": ("factor", "original_max_position", "low_freq_factor", "high_freq_factor"),
+              "rerope": ("window",), "self_extend": ("group", "window")}
 _HF_NAMES = {"original_max_position_embeddings": "original_max_position", "rope_type": "method",
              "type": "method", "group_size": "group"}
 
@@ -212,6 +217,11 @@ class RopeScaling:
     def __post_init__(self) -> None:
         if self.method not in ROPE_SCALING_METHODS:
             raise ValueError(f"rope scaling method must be one of {ROPE_SCALING_METHODS}, got {self.method!r}")
+        unused = [f.name for f in dataclasses.fields(self) if f.name != "method" and f.name not in
+                  _FIELDS_OF[self.method] and not _same(getattr(self, f.name), f.default)]
+        if unused:  # a field the rule ignores would still enter config(), and the cache key
+            raise ValueError(f"rope scaling {self.method!r} reads only {_FIELDS_OF[self.method]}; it does not use "
+                             + ", ".join(f"{n}={getattr(self, n)!r}" for n in unused))
         object.__setattr__(self, "factor", _check_scale(self.factor))
         if self.original_max_position is not None:
             object.__setattr__(self, "original_max_position",
@@ -247,7 +257,9 @@ class RopeScaling:
         return self.method == "dynamic"
 
     def with_original(self, original_max_position: int) -> "RopeScaling":
-        """A copy with ``original_max_position`` set."""
+        """A copy with ``original_max_position`` set; ``self`` for a rule that does not read it."""
+        if not self.needs_original:
+            return self
         return dataclasses.replace(self, original_max_position=original_max_position)
 
     def _original(self) -> int:
@@ -288,6 +300,14 @@ class RopeScaling:
         """The fields that differ from the defaults (for a training cache key)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name == "method" or getattr(self, f.name) != f.default}
+
+
+def _same(value: Any, default: Any) -> bool:
+    """``value`` equals a field's default (NaN never does)."""
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError, RuntimeError):
+        return False
 
 
 def rope_scaling(spec: Any) -> Optional[RopeScaling]:
@@ -357,7 +377,7 @@ class RoPE(PositionScheme):
     def __init__(self, base: float = 10000.0, *, interleaved: bool = False, partial: float = 1.0,
                  original_max_position: Optional[int] = None) -> None:
         super().__init__()
-        self.base, self.interleaved = _check_base(base), bool(interleaved)
+        self.base, self.interleaved = _check_base(base), check_bool("interleaved", interleaved)
         partial = check_number("partial (the rotated fraction of each head)", partial, 0, what=" and <= 1")
         if partial > 1:
             raise ValueError(f"partial (the rotated fraction of each head) must be in (0, 1], got {partial!r}")

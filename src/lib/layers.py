@@ -92,8 +92,7 @@ def block_diagonal_mask(
             [0, 0, 1, 1]], dtype=torch.int32)
     """
     block_size = check_int("block_size", block_size)
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
-        raise ValueError(f"seq_len must be an integer >= 0, got {seq_len!r}")
+    seq_len = check_int("seq_len", seq_len, low=0)
     block = torch.arange(seq_len, device=device) // block_size
     mask = block[:, None] == block[None, :]
     if _flag("causal", causal):

@@ -58,14 +58,34 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_int
+from ._validate import check_int, check_number
 from .extend import RopeScaling, rope_scaling
 from .layers import ATTENTION_KINDS, Positions, attention_layer
+from .linear import FEATURE_MAPS, feature_map
 from .scheme import PositionScheme, position_scheme
 
 __all__ = ["TinyLM"]
 
 _FFNS = ("mlp", "glu")
+
+
+def _builtin(scheme: PositionScheme) -> bool:
+    """A scheme of posenc's own (its hooks are tested; a scheme of yours is checked at every call)."""
+    return type(scheme).__module__.startswith("posenc.")
+
+
+def _check_same(out: Any, x: torch.Tensor, what: str, shape: str) -> None:
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype:
+        got = (f"{tuple(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__)
+        raise ValueError(f"{what} must return a tensor of the shape and dtype it was given, {shape} = "
+                         f"{tuple(x.shape)} {x.dtype}; got {got}")
+
+
+def _checked_rotate(scheme: PositionScheme, qk: torch.Tensor) -> torch.Tensor:
+    """``scheme.rotate(qk)``, refused unless it keeps the shape and dtype of ``qk``."""
+    out = scheme.rotate(qk)
+    _check_same(out, qk, f"{type(scheme).__name__}.rotate(qk)", "(2, batch, heads, seq, head_dim)")
+    return out
 
 
 class _FeedForward(nn.Module):
@@ -176,18 +196,30 @@ class TinyLM(nn.Module):
         n_heads = check_int("n_heads", n_heads)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        kinds = [attention] * n_layers if isinstance(attention, str) else list(attention)
-        if len(kinds) != n_layers or any(kd not in ATTENTION_KINDS for kd in kinds):
+        try:
+            kinds = [attention] * n_layers if isinstance(attention, str) else list(attention)
+        except TypeError:  # None, a number
+            kinds = []
+        if len(kinds) != n_layers or any(not isinstance(kd, str) or kd not in ATTENTION_KINDS for kd in kinds):
             raise ValueError(f"attention must be one of {ATTENTION_KINDS} or a sequence of {n_layers} of them, "
                              f"got {attention!r}")
         if ffn not in _FFNS:
             raise ValueError(f"ffn must be one of {_FFNS}, got {ffn!r}")
-        if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        dropout = check_number("dropout", dropout, what=" in [0, 1)")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
         d_ff = 4 * d_model if d_ff is None else check_int("d_ff", d_ff)
+        diag_block = check_int("diag_block", diag_block)  # checked (and a Python int) whatever the kinds
+        if not isinstance(feature, str):
+            raise ValueError(f"feature must be the name of a feature map, one of {sorted(FEATURE_MAPS)}, "
+                             f"got {feature!r}")
+        feature_map(feature)
 
         scheme = position_scheme(position, **position_options)
         scheme.bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        if (scheme.d_model, scheme.n_heads, scheme.n_layers) != (d_model, n_heads, n_layers):
+            raise ValueError(f"{type(scheme).__name__}.bind() must call super().bind(d_model=..., n_heads=..., "
+                             "n_layers=...) so that the scheme knows the model's sizes")
         if scheme.biases and any(kd != "softmax" for kd in kinds):
             raise ValueError(f"position={scheme.name!r} adds a bias to the attention logits, which only softmax "
                              f"layers have; attention={kinds} (linear kinds take rotations and absolute schemes)")
@@ -409,12 +441,19 @@ class TinyLM(nn.Module):
                 raise ValueError(f"{type(scheme).__name__}.distance_bias({t}) must return a floating tensor of "
                                  f"shape {shapes[0]} (every layer) or {shapes[1]} (one per layer), got "
                                  f"{getattr(table, 'shape', type(table).__name__)}")
+            if table is not None and not _builtin(scheme) and not bool(
+                    (~(table.isnan() | (table == math.inf)) & table[..., :1].isfinite()).all()):
+                raise ValueError(f"{type(scheme).__name__}.distance_bias({t}) holds NaN or +inf (or a non-finite "
+                                 "value at distance 0): a bias may be -inf to mask a distance, nothing else")
         window = self.window if self.window is not None and self.window < t else None
         sinks = self.sinks if window is not None else 0
         attend = scheme.attend if getattr(scheme, "attends", False) else None
         if sinks and self.sink_positions == "cache":
             attend = functools.partial(scheme.attend, cache_positions=True)
-        common = dict(rotate=scheme.rotate if scheme.rotates else None, slopes=slopes, window=window,
+        rotate = None
+        if scheme.rotates:
+            rotate = scheme.rotate if _builtin(scheme) else functools.partial(_checked_rotate, scheme)
+        common = dict(rotate=rotate, slopes=slopes, window=window,
                       q_scale=self._log_n_scale(t, device), sinks=sinks, attend=attend)
         if table is not None and table.ndim == 3:  # a table per layer
             return [Positions(table=table[i], **common) for i in range(self.n_layers)]
@@ -428,12 +467,18 @@ class TinyLM(nn.Module):
                              f"{tuple(getattr(idx, 'shape', ()))} {getattr(idx, 'dtype', type(idx).__name__)}")
         if idx.shape[1] < 1:
             raise ValueError("idx must hold at least one token")
+        if idx.is_meta:
+            raise ValueError("idx is on the meta device, which holds shapes but no values: TinyLM needs the token "
+                             "ids (use a real device, e.g. 'cpu' or 'cuda')")
         if bool(((idx < 0) | (idx >= self.vocab_size)).any()):  # one check, not an IndexError (or a CUDA assert)
             raise ValueError(f"token ids must be in [0, {self.vocab_size}) (vocab_size), got values from "
                              f"{int(idx.min())} to {int(idx.max())}")
         x = self.tok(idx)  # (batch, seq, d_model)
         if self.position.embeds:
-            x = self.position.embed(x)
+            out = self.position.embed(x)
+            if not _builtin(self.position):
+                _check_same(out, x, f"{type(self.position).__name__}.embed(x)", "(batch, seq, d_model)")
+            x = out
         return self.drop(x)
 
     def forward(self, idx: torch.Tensor, return_attention: bool = False):

@@ -31,6 +31,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
+from ._validate import check_int, check_number
 from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
 
 __all__ = ["PasskeyRetrieval", "passkey_accuracy"]
@@ -39,10 +40,11 @@ __all__ = ["PasskeyRetrieval", "passkey_accuracy"]
 def _check_depth(depth: Any) -> Optional[float]:
     if depth is None:
         return None
-    if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0 <= depth <= 1:
-        raise ValueError(f"depth must be a number in [0, 1] (0: the key first, 1: right before the question) "
-                         f"or None (uniform), got {depth!r}")
-    return float(depth)
+    what = " in [0, 1] (0: the key first, 1: right before the question) or None (uniform)"
+    value = check_number("depth", depth, what=what)
+    if not 0 <= value <= 1:
+        raise ValueError(f"depth must be a number{what}, got {depth!r}")
+    return value
 
 
 class PasskeyRetrieval:
@@ -66,9 +68,8 @@ class PasskeyRetrieval:
     """
 
     def __init__(self, key_len: int = 4, n_digits: int = 10, n_filler: int = 16) -> None:
-        for name, value, low in (("key_len", key_len, 1), ("n_digits", n_digits, 2), ("n_filler", n_filler, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        key_len, n_digits, n_filler = (check_int(name, value, low) for name, value, low in
+                                       (("key_len", key_len, 1), ("n_digits", n_digits, 2), ("n_filler", n_filler, 1)))
         self.key_len, self.n_digits, self.n_filler = key_len, n_digits, n_filler
         self.digit_offset = n_filler
         self.key_token = n_filler + n_digits
@@ -87,7 +88,7 @@ class PasskeyRetrieval:
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
               *, split: str = "train", depth: Optional[float] = None) -> Batch:
         """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64; targets only on the answer."""
-        _check_batch_args(batch_size, seq_len, split)
+        batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
         _check_generator(generator)
         depth = _check_depth(depth)
         if seq_len < self.min_len:
@@ -152,14 +153,9 @@ def passkey_accuracy(
     lengths, depths = list(lengths), [_check_depth(d) for d in depths]
     if not lengths or not depths or any(d is None for d in depths):
         raise ValueError("lengths and depths must be non-empty sequences (depths of numbers in [0, 1])")
-    for name, value in (("samples", samples), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    for n in lengths:
-        if isinstance(n, bool) or not isinstance(n, int) or n < data.min_len:
-            raise ValueError(f"every length must be an integer >= {data.min_len}, got {n!r}")
+    samples, batch_size = check_int("samples", samples), check_int("batch_size", batch_size)
+    seed = check_int("seed", seed, low=0)
+    lengths = [check_int("every length", n, low=data.min_len) for n in lengths]
     if device is None:
         device = next((p.device for p in getattr(model, "parameters", lambda: iter(()))()), torch.device("cpu"))
     was_training = getattr(model, "training", False)

@@ -28,7 +28,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._validate import check_int, check_number
+from ._validate import check_bool, check_int, check_number
 from .rope import _cos_sin_tables, _rotate, rope_frequencies
 from .sinusoidal import _float_tensor
 
@@ -108,7 +108,7 @@ def _two_pass(q, k, v, window, q_far, k_far, *, base, interleaved, inv_freq, rot
     sinks = check_int("sinks", sinks, low=0)
     q_pos, k_pos = _query_key_positions(q.shape[2], k.shape[2])
     scale = 1.0 / math.sqrt(dim) if scale is None else check_number("scale", scale)
-    rot = dict(inv_freq=inv_freq, interleaved=bool(interleaved), rotary_dim=rotary_dim)
+    rot = dict(inv_freq=inv_freq, interleaved=check_bool("interleaved", interleaved), rotary_dim=rotary_dim)
     q_near, k_near = _rotate_part(q, q_pos, **rot), _rotate_part(k, k_pos, **rot)
     q_far, k_far = _rotate_part(q, q_far, **rot), _rotate_part(k, k_far, **rot)
     if mask_window is not None:

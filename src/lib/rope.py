@@ -35,12 +35,13 @@ from __future__ import annotations
 import math
 from typing import Dict, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 
 from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
-from ._validate import check_even_dim, check_int, check_number
+from ._validate import check_bool, check_even_dim, check_int, check_number
 from .sinusoidal import _align_positions, _float_tensor, _real_tensor, _tensor
 
 __all__ = [
@@ -60,8 +61,8 @@ __all__ = [
 ]
 
 
-def _check_rope_dim(dim: int) -> None:
-    check_even_dim(dim, "RoPE rotates channel pairs: head_dim")
+def _check_rope_dim(dim: int) -> int:
+    return check_even_dim(dim, "RoPE rotates channel pairs: head_dim")
 
 
 def _check_base(base: float) -> float:
@@ -77,7 +78,7 @@ def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
     >>> rope_frequencies(4, base=100.0).tolist()
     [1.0, 0.1]
     """
-    _check_rope_dim(dim)
+    dim = _check_rope_dim(dim)
     base = _check_base(base)
     exponent = torch.arange(0, dim, 2, dtype=torch.float64) / dim
     return torch.as_tensor(base, dtype=torch.float64) ** -exponent
@@ -112,8 +113,13 @@ def _freqs(dim: int, base: float, inv_freq: Optional[torch.Tensor]) -> torch.Ten
     """``inv_freq`` checked (real, finite, ``(dim // 2,)``), or :func:`rope_frequencies` ``(dim, base)``."""
     if inv_freq is None:
         return rope_frequencies(dim, base)
-    _check_rope_dim(dim)
+    dim = _check_rope_dim(dim)
     _check_base(base)
+    if not isinstance(inv_freq, (torch.Tensor, np.ndarray)):  # a list of numbers: read in float64, not float32
+        try:
+            inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            pass  # _real_tensor says what is expected
     inv_freq = _real_tensor(inv_freq, "inv_freq")
     if inv_freq.shape != (dim // 2,):
         raise ValueError(f"inv_freq must have shape ({dim // 2},) for head_dim {dim}, got {tuple(inv_freq.shape)}")
@@ -215,6 +221,7 @@ def apply_rope(
         positions = torch.arange(seq, device=x.device)
     else:
         positions = _align_positions(_real_tensor(positions, "positions"), x.shape[:-2], seq).to(x.device)
+    interleaved = check_bool("interleaved", interleaved)
     cos, sin = _cos_sin_tables(positions, inv_freq, interleaved, x.dtype, x.device)  # (..., seq, dim)
     return _rotate(x, cos, sin, interleaved)
 
@@ -479,8 +486,8 @@ class RotaryEmbedding(nn.Module):
         attention_factor: float = 1.0,
     ) -> None:
         super().__init__()
-        _check_rope_dim(dim)
-        self.dim, self.base, self.interleaved = dim, _check_base(base), bool(interleaved)
+        dim = _check_rope_dim(dim)
+        self.dim, self.base, self.interleaved = dim, _check_base(base), check_bool("interleaved", interleaved)
         self.attention_factor = check_number("attention_factor", attention_factor, 0)
         with torch.inference_mode(False):  # built under inference_mode, it must still serve autograd
             # A plain attribute, not a buffer: module.half() / .to(dtype) must not round it.

@@ -24,6 +24,8 @@ from typing import Dict, List
 import numpy as np
 import torch
 
+from ._validate import check_int
+
 __all__ = ["pick_device", "running_mode", "seed_everything", "cache_dir", "measured_costs", "SIZE_ENV"]
 
 SIZE_ENV = "POSENC_SIZE"
@@ -55,7 +57,13 @@ def running_mode() -> str:
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:
-    """Seed Python, NumPy and torch; return a CPU generator seeded the same way."""
+    """Seed Python, NumPy and torch; return a CPU generator seeded the same way.
+
+    ``seed`` is an integer in ``[0, 2**32)`` (NumPy's range); anything else raises ``ValueError``.
+    """
+    seed = check_int("seed", seed, low=0)
+    if seed >= 2 ** 32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

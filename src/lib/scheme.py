@@ -44,6 +44,7 @@ import hashlib
 import inspect
 from typing import Any, Callable, ClassVar, Dict, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -94,6 +95,9 @@ def position_scheme(position: Any, **options: Any) -> "PositionScheme":
     500.0
     """
     if isinstance(position, PositionScheme):
+        if "_modules" not in position.__dict__ or "n_heads" not in position.__dict__:
+            raise ValueError(f"{type(position).__name__}.__init__ must call super().__init__() before anything else "
+                             "(PositionScheme sets up the model's sizes and torch's module state there)")
         if options:
             raise ValueError(f"options {sorted(options)} are for a scheme given by name; "
                              f"{type(position).__name__} is already built")
@@ -157,10 +161,30 @@ def _source_hash(cls: type) -> str:
 _SIMPLE = (bool, int, float, str, type(None))
 
 
+def _plain(value: Any) -> Any:
+    """A NumPy scalar or a one-element tensor as the Python value it spells (so equal values give equal keys)."""
+    if isinstance(value, np.generic) or (isinstance(value, torch.Tensor) and value.ndim == 0):
+        return value.item()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
 def _is_simple(value: Any) -> bool:
     if isinstance(value, _SIMPLE):
         return True
     return isinstance(value, (tuple, list)) and all(isinstance(v, _SIMPLE) for v in value)
+
+
+#: The methods the model calls; an attribute, parameter, buffer or submodule of that name would hide one.
+_HOOKS = ("embed", "rotate", "distance_bias", "slopes")
+
+
+def _check_name(scheme: Any, name: str, what: str) -> None:
+    if name in _HOOKS:
+        raise ValueError(f"{type(scheme).__name__}: {name!r} is a PositionScheme hook (a method the model calls); "
+                         f"a {what} of that name would hide it or be hidden by it: call it, e.g., '{name}_' or "
+                         f"'my_{name}' (ALiBi-like slopes: override slopes() to return them)")
 
 
 class PositionScheme(nn.Module):
@@ -198,6 +222,24 @@ class PositionScheme(nn.Module):
         self.head_dim: Optional[int] = None
         self.n_layers: Optional[int] = None
         self.max_len: Optional[int] = None
+
+    # ------------------------------------------------- names kept for the hooks
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _check_name(self, name, "attribute")
+        super().__setattr__(name, value)
+
+    def register_buffer(self, name: str, tensor: Optional[torch.Tensor], persistent: bool = True) -> None:
+        _check_name(self, name, "buffer")
+        super().register_buffer(name, tensor, persistent)
+
+    def register_parameter(self, name: str, param: Optional[nn.Parameter]) -> None:
+        _check_name(self, name, "parameter")
+        super().register_parameter(name, param)
+
+    def add_module(self, name: str, module: Optional[nn.Module]) -> None:
+        _check_name(self, name, "submodule")
+        super().add_module(name, module)
 
     # -------------------------------------------------------------- binding
 
@@ -276,6 +318,7 @@ class PositionScheme(nn.Module):
                                else f"{cls.__module__}.{cls.__qualname__}"}
         skip = {"training", "d_model", "n_heads", "head_dim", "n_layers"}
         for key, value in vars(self).items():
+            value = _plain(value)
             if not key.startswith("_") and key not in skip and value is not None and _is_simple(value):
                 out[key] = list(value) if isinstance(value, tuple) else value
         if not cls.__module__.startswith("posenc."):

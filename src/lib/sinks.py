@@ -133,7 +133,15 @@ def attention_on_first_tokens(model: Any, idx: torch.Tensor, first: int = 4, *, 
     first = check_int("first", first)
     if not isinstance(idx, torch.Tensor) or idx.ndim != 2:
         raise ValueError(f"idx must be (batch, seq) token ids, got {getattr(idx, 'shape', type(idx).__name__)}")
-    if isinstance(from_position, bool) or not isinstance(from_position, int) or not 0 <= from_position < idx.shape[1]:
+    from_position = check_int("from_position", from_position, low=0)
+    if from_position >= idx.shape[1]:
         raise ValueError(f"from_position must be an integer in [0, {idx.shape[1] - 1}], got {from_position!r}")
+    if "norm" in getattr(model, "attention_kinds", ()):
+        raise ValueError("NormAttention layers ('norm') normalise their output, not their weights: their scores are "
+                         f"no shares of attention; this model has attention={model.attention_kinds}")
     _, weights = model(idx, return_attention=True)
-    return torch.stack([w[:, :, from_position:, :first].sum(-1).mean((0, 2)) for w in weights]).float().cpu()
+    shares = torch.stack([w[:, :, from_position:, :first].sum(-1).mean((0, 2)) for w in weights]).float().cpu()
+    if not bool(((shares > -1e-4) & (shares < 1 + 1e-4)).all()):  # e.g. a feature map with negative values
+        raise ValueError(f"the attention weights of this model are not a distribution over the keys (shares from "
+                         f"{shares.min().item():.3g} to {shares.max().item():.3g}); no share of attention to report")
+    return shares

@@ -319,8 +319,7 @@ class SinusoidalPositionalEmbedding(nn.Module):
 
     def __init__(self, dim: int, base: float = 10000.0, *, scale: float = 1.0) -> None:
         super().__init__()
-        _check_dim(dim, "SinusoidalPositionalEmbedding")
-        self.dim = dim
+        self.dim = _check_dim(dim, "SinusoidalPositionalEmbedding")
         self.base = _check_base(base)
         self.scale = check_number("scale", scale)
 

@@ -21,6 +21,7 @@ and a cache that cannot be written costs a warning, never the trained model.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -28,7 +29,7 @@ import os
 import time
 import uuid
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 
 from .data import IGNORE_INDEX
 from .model import TinyLM
-from ._validate import make_module_callable
+from ._validate import check_int, check_number, make_module_callable
 from .runtime import cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
@@ -122,6 +123,16 @@ class TrainingPreset:
     eval_batches: int
     eval_batch_size: int
 
+    def __post_init__(self) -> None:  # every field checked (and a Python value), so overrides fail early
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "lr":
+                object.__setattr__(self, f.name, check_number("lr", value, 0.0))
+            elif f.name == "warmup":
+                object.__setattr__(self, f.name, check_int("warmup", value, low=0))
+            elif f.name != "mode":
+                object.__setattr__(self, f.name, check_int(f.name, value))
+
     def model_kwargs(self) -> Dict[str, int]:
         """``d_model``, ``n_layers``, ``n_heads``."""
         return dict(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads)
@@ -178,12 +189,11 @@ def training_preset(mode: Optional[str] = None, **overrides: Any) -> TrainingPre
     return replace(_PRESETS[mode], **overrides)
 
 
-def _positive(name: str, value: Any, kind: type = int) -> None:
-    ok = isinstance(value, kind) and not isinstance(value, bool) and value > 0
+def _positive(name: str, value: Any, kind: type = int) -> Any:
+    """``value`` as a positive Python int (or finite float, ``kind=float``): NumPy and 0-d tensors too."""
     if kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    if not ok:
-        raise ValueError(f"{name} must be a positive {'number' if kind is float else 'integer'}, got {value!r}")
+        return check_number(name, value, 0.0, what="")
+    return check_int(name, value)
 
 
 def _check_data(data: Any) -> None:
@@ -244,9 +254,9 @@ def _progress_bar(total: int, desc: str, enabled: bool):
 
 
 def _stray_temporaries(path: Path) -> None:
-    """Remove temporary files of ``path`` left by writers that died (their process is gone)."""
-    for tmp in path.parent.glob(f"{path.name}.tmp*"):
-        pid = tmp.name[len(path.name) + 4:].split(".")[0]
+    """Remove the temporary files in ``path``'s folder left by writers that died (their process is gone)."""
+    for tmp in path.parent.glob("*.pt.tmp*"):
+        pid = tmp.name.split(".pt.tmp", 1)[1].split(".")[0]
         alive = pid.isdigit() and int(pid) != os.getpid() and _process_alive(int(pid))
         if not alive:
             tmp.unlink(missing_ok=True)
@@ -293,11 +303,13 @@ def _save_run(path: Path, payload: Dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(payload, tmp)
         os.replace(tmp, path)
-    except Exception as err:  # read-only folder, no home, full disk: keep the trained model, say so
+    except BaseException as err:  # read-only folder, no home, full disk, Ctrl-C: no half-written file stays
         try:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
+        if not isinstance(err, Exception):
+            raise
         warnings.warn(f"could not write the run cache {path} ({type(err).__name__}: {err}); the trained "
                       "model is returned but will be trained again next time (set POSENC_CACHE to a writable "
                       "folder to keep it)", RuntimeWarning, stacklevel=3)
@@ -385,27 +397,28 @@ def train(
             while training (window, sinks, ``rope_scaling``) enter the key.
 
     Returns:
-        a :class:`TrainResult`; ``result.model is model``.
+        a :class:`TrainResult`; ``result.model is model``, except when
+        ``model`` is (or shares weights with) ``init.model``: then a copy is
+        fine-tuned, and the earlier result keeps its weights.
     """
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
     _check_data(data)
     if data.vocab_size != model.vocab_size:
         raise ValueError(f"data has vocab_size {data.vocab_size} but the model has {model.vocab_size}")
-    for name, value in (("steps", steps), ("seq_len", seq_len), ("batch_size", batch_size)):
-        _positive(name, value)
-    _positive("lr", lr, float)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
-    if not (isinstance(weight_decay, (int, float)) and math.isfinite(weight_decay) and weight_decay >= 0):
+    # every number as a Python value, so that NumPy or tensor spellings give the same cache key
+    steps, seq_len, batch_size = (_positive(name, value) for name, value in
+                                  (("steps", steps), ("seq_len", seq_len), ("batch_size", batch_size)))
+    lr = _positive("lr", lr, float)
+    seed = check_int("seed", seed, low=0)
+    warmup = check_int("warmup", warmup, low=0)
+    weight_decay = check_number("weight_decay", weight_decay, -math.inf)
+    if weight_decay < 0:
         raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
-    if grad_clip is not None and not (isinstance(grad_clip, (int, float)) and math.isfinite(grad_clip)
-                                      and grad_clip > 0):
-        raise ValueError(f"grad_clip must be a finite number > 0, or None for no clipping, got {grad_clip!r}")
+    if grad_clip is not None:
+        grad_clip = check_number("grad_clip", grad_clip, 0.0, what=", or None for no clipping")
     if cpu_threads is not None:
-        _positive("cpu_threads", cpu_threads)
+        cpu_threads = _positive("cpu_threads", cpu_threads)
     if model.max_len is not None and seq_len > model.max_len:
         raise ValueError(f"seq_len {seq_len} exceeds the learned table of the model (max_len={model.max_len})")
     init_state = None
@@ -417,6 +430,9 @@ def train(
             raise ValueError("init= must come from a model of the same architecture: the earlier run has "
                              f"{init.config['model']}, this model {model.config}")
         init_state = {k: v.detach().clone() for k, v in init.model.state_dict().items()}
+        ours = {p.data_ptr() for p in init.model.parameters()}
+        if any(p.data_ptr() in ours for p in model.parameters()):  # fine-tuning init.model itself
+            model = copy.deepcopy(model)  # the earlier result keeps its weights (and stays true to its key)
     if model.train_len is None:
         model.train_len = seq_len
     device = pick_device() if device is None else torch.device(device)
@@ -496,13 +512,17 @@ def evaluation_batches(data: Any, length: int, batches: int = 4, seed: int = 123
     generator seeded by ``seed``; use it to compare a model with a reference
     on exactly the same sequences (e.g. :meth:`posenc.data.MarkovChain.optimal_nll`).
     """
-    _check_data(data)
-    _positive("length", length)
-    _positive("batches", batches)
-    _positive("batch_size", batch_size)
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(batches):
-        yield data.batch(batch_size, length, g, split=split)
+    _check_data(data)  # checked now, not at the first batch
+    length, batches, batch_size = (_positive(name, value) for name, value in
+                                   (("length", length), ("batches", batches), ("batch_size", batch_size)))
+    seed = check_int("seed", seed, low=0)
+
+    def draw() -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed)
+        for _ in range(batches):
+            yield data.batch(batch_size, length, g, split=split)
+
+    return draw()
 
 
 @torch.no_grad()
@@ -547,13 +567,14 @@ def evaluate_lengths(
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
     _check_data(data)
-    lengths = list(dict.fromkeys(lengths))
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise ValueError(f"lengths must be a sequence of positive integers, got {lengths!r}")
+    lengths = list(dict.fromkeys(_positive("every length", n) for n in lengths))
     if not lengths:
         raise ValueError("lengths must not be empty")
-    for n in lengths:
-        _positive("every length", n)
-    _positive("batches", batches)
-    _positive("batch_size", batch_size)
+    batches = _positive("batches", batches)
+    batch_size = _positive("batch_size", batch_size)
+    max_tokens = _positive("max_tokens", max_tokens)
     if device is None:
         device = next(model.parameters()).device
     was_training = model.training

@@ -333,6 +333,9 @@ def slider_figure(
         raise ValueError(f"{len(labels)} labels for {len(values)} values")
 
     figures = [make_figure(v) for v in values]
+    wrong = [type(f).__name__ for f in figures if not isinstance(f, go.Figure)]
+    if wrong:
+        raise ValueError(f"make_figure must return a plotly Figure for every value, got {wrong[0]}")
     states = [_step_layout(fig) for fig in figures]
     axes = sorted({k[: -len(".range")] for state in states for k in state if k.endswith(".range")})
     pinned = []  # the range keys every step sets

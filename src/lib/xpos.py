@@ -42,7 +42,7 @@ import torch
 import torch.nn as nn
 
 from ._validate import check_device as _device
-from ._validate import check_even_dim, check_int, check_number
+from ._validate import check_bool, check_even_dim, check_int, check_number
 from .masks import check_lengths, relative_positions
 from .rope import _check_base, _cos_sin_tables, _rotate, rope_frequencies
 from .scheme import PositionScheme, register_scheme
@@ -325,7 +325,7 @@ class XPos(nn.Module):
         _check_scale_base(scale_base)
         self.head_dim, self.base, self.gamma = head_dim, _check_base(base), _check_gamma(gamma)
         self.scale_base = scale_base
-        self.interleaved, self.centered = bool(interleaved), bool(centered)
+        self.interleaved, self.centered = check_bool("interleaved", interleaved), check_bool("centered", centered)
         self._cache: Dict[Tuple[Any, ...], Tuple[torch.Tensor, ...]] = {}
 
     def extra_repr(self) -> str:
