@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from ._validate import check_float_dtype as _float_dtype, check_int, check_number
 from ._validate import make_module_callable
-from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, causal_mask
+from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _layout_hint, causal_mask
 
 __all__ = ["attention", "combine_bias_and_mask", "relative_attention", "ATTENTION_PATHS", "attention_entropy",
            "log_length_scale"]
@@ -63,9 +63,11 @@ def _check_trailing(name: str, t: Any, q: torch.Tensor, k_len: int, floating: bo
         t = _as_tensor(name, t, mask=not floating)  # NumPy, lists; raises for the wrong dtype
     (b, heads, q_len), want = q.shape[:3], (*q.shape[:3], k_len)
     if t.ndim < 2 or tuple(t.shape[-2:]) != (q_len, k_len):
-        raise ValueError(f"{name} must end in (q_len, k_len) = ({q_len}, {k_len}); got {tuple(t.shape)} ({_LAYOUT})")
+        raise ValueError(f"{name} must end in (q_len, k_len) = ({q_len}, {k_len}); got {tuple(t.shape)}"
+                         + (_layout_hint(q, t.shape[-2], 1) if t.ndim >= 2 else ""))
     if t.ndim >= 3 and t.shape[-3] not in (1, heads):
-        raise ValueError(f"{name} has {t.shape[-3]} heads, expected 1 or {heads}; shape {tuple(t.shape)} ({_LAYOUT})")
+        raise ValueError(f"{name} has {t.shape[-3]} heads, expected 1 or {heads}; shape {tuple(t.shape)}"
+                         + _layout_hint(q, t.shape[-3]))
     if t.ndim > 4 or t.ndim == 4 and t.shape[0] not in (1, b):
         raise ValueError(f"{name} {tuple(t.shape)} does not broadcast to (batch, heads, q_len, k_len) = {want}")
     if t.device != q.device:
@@ -216,13 +218,14 @@ def _relative_inputs(q, k, v, slopes, distance_bias, window):
         slopes = _as_tensor("slopes", slopes, q.device)
         if slopes.ndim != 1 or slopes.shape[0] != heads:
             raise ValueError(f"slopes must be ({heads},), one per head of q {tuple(q.shape)}; got shape "
-                             f"{tuple(slopes.shape)} ({_LAYOUT})")
+                             f"{tuple(slopes.shape)}" + _layout_hint(q, slopes.shape[0] if slopes.ndim else -1))
         _finite("slopes", slopes)
     if distance_bias is not None:
         distance_bias = _as_tensor("distance_bias", distance_bias)
         if distance_bias.ndim != 2 or distance_bias.shape[0] != heads:
             raise ValueError(f"distance_bias must be a float (heads={heads}, n) tensor of values per distance; "
-                             f"got {tuple(distance_bias.shape)} ({_LAYOUT})")
+                             f"got {tuple(distance_bias.shape)}"
+                             + _layout_hint(q, distance_bias.shape[0] if distance_bias.ndim else -1))
         if distance_bias.shape[1] < k_len:
             raise ValueError(f"distance_bias covers distances 0..{distance_bias.shape[1] - 1} but "
                              f"k_len = {k_len} needs 0..{k_len - 1}")

@@ -39,7 +39,7 @@ from torch import nn
 from ._validate import check_even_dim, check_int, check_number
 from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
-from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag
+from .masks import _as_tensor, _check_tensors, _finite, _flag, _layout_hint
 from .masks import check_lengths, relative_positions
 from .scheme import PositionScheme, register_scheme
 from .sinusoidal import sinusoidal_embedding
@@ -347,7 +347,8 @@ def sandwich_qk(
     check_lengths(q_len, k_len)
     lam_t = _as_tensor("lam", lam, dtype=torch.float64)
     if lam_t.ndim > 1 or (lam_t.ndim == 1 and lam_t.numel() != heads):
-        raise ValueError(f"lam must be a number or a ({heads},) tensor, got shape {tuple(lam_t.shape)} ({_LAYOUT})")
+        raise ValueError(f"lam must be a number or a ({heads},) tensor, got shape {tuple(lam_t.shape)}"
+                         + _layout_hint(q, lam_t.numel()))
     _finite("lam", lam_t, sync=not lam_t.requires_grad)
     if not lam_t.requires_grad and not bool((lam_t >= 0).all()):
         raise ValueError(f"lam must be >= 0, got {lam_t.tolist()}")

@@ -25,6 +25,12 @@ __all__ = ["check_lengths", "relative_positions", "causal_mask", "sliding_window
 _LAYOUT = "tensors are (batch, heads, seq, head_dim): is a (batch, seq, heads, head_dim) tensor passed?"
 
 
+def _layout_hint(q: torch.Tensor, size: int, dim: int = 2) -> str:
+    """The layout reminder, only when ``size`` matches ``q``'s dimension ``dim`` rather than its heads:
+    then ``q`` is likely ``(batch, seq, heads, head_dim)``; otherwise the other tensor is what is wrong."""
+    return f" ({_LAYOUT})" if q.ndim == 4 and size == q.shape[dim] != q.shape[1 if dim == 2 else 2] else ""
+
+
 def _flag(name: str, value: Any) -> bool:
     """A bool (or 0 / 1), else ``TypeError``."""
     if isinstance(value, bool) or type(value).__name__ == "bool_" or type(value) is int and value in (0, 1):

@@ -155,7 +155,36 @@ def _source_hash(cls: type) -> str:
             except (OSError, TypeError):
                 text = _code_text(code)
             digest.update(f"{name}\n{text}".encode())
+    for name, value in sorted(_constants(cls).items()):  # module constants the methods read
+        digest.update(f"{name}={value!r}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def _names(code: Any) -> set:
+    """The global names a code object (and the code nested in it) reads."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _names(const)
+    return names
+
+
+def _constants(cls: type) -> Dict[str, Any]:
+    """Numbers, strings and tuples of them in the module globals that the methods of ``cls`` read."""
+    found: Dict[str, Any] = {}
+    for klass in cls.__mro__:
+        if klass.__module__.startswith(("posenc", "torch", "builtins")):
+            continue
+        for value in vars(klass).values():
+            function = getattr(value, "__func__", getattr(value, "fget", value))
+            code, space = getattr(function, "__code__", None), getattr(function, "__globals__", None)
+            if code is None or space is None:
+                continue
+            for name in _names(code):
+                constant = _plain(space.get(name))
+                if name in space and constant is not None and _is_simple(constant):
+                    found[f"{klass.__module__}.{name}"] = constant
+    return found
 
 
 _SIMPLE = (bool, int, float, str, type(None))
@@ -308,20 +337,25 @@ class PositionScheme(nn.Module):
 
         By default: the class, its public attributes that are numbers,
         strings, booleans or tuples of them (so hyperparameters stored as
-        ``self.rate = rate`` count), and, for a class defined outside
-        ``posenc``, a hash of its source code and of its initial tensors, so
-        that editing the class or its starting values trains anew. Override to
-        add settings kept elsewhere.
+        ``self.rate = rate`` count; NumPy and one-element tensor values as the
+        Python numbers they spell), and, for a class defined outside
+        ``posenc``, also its private attributes of those kinds
+        (``self._scale``), a hash of its source code and of the module
+        constants its methods read, and a hash of its initial tensors, so that
+        editing the class, a constant or a starting value trains anew.
+        Override to add settings kept elsewhere.
         """
         cls = type(self)
-        out: Dict[str, Any] = {"scheme": self.name if cls.__module__.startswith("posenc.")
-                               else f"{cls.__module__}.{cls.__qualname__}"}
-        skip = {"training", "d_model", "n_heads", "head_dim", "n_layers"}
+        builtin = cls.__module__.startswith("posenc.")
+        out: Dict[str, Any] = {"scheme": self.name if builtin else f"{cls.__module__}.{cls.__qualname__}"}
+        skip = {"training", "d_model", "n_heads", "head_dim", "n_layers", "_is_full_backward_hook"}
         for key, value in vars(self).items():
             value = _plain(value)
-            if not key.startswith("_") and key not in skip and value is not None and _is_simple(value):
+            if key.startswith("__") or key.startswith("_") and (builtin or key.startswith("_initial")):
+                continue
+            if key not in skip and value is not None and _is_simple(value):
                 out[key] = list(value) if isinstance(value, tuple) else value
-        if not cls.__module__.startswith("posenc."):
+        if not builtin:
             out["source"] = _source_hash(cls)
             if self.__dict__.get("_initial_hash") is not None:  # set by snapshot()
                 out["initial"] = self.__dict__["_initial_hash"]
@@ -329,15 +363,27 @@ class PositionScheme(nn.Module):
 
     # ------------------------------------------------------ parameters
 
+    def _layers(self) -> Dict[str, nn.Module]:
+        """A scheme of yours: its torch layers that draw their own weights (``nn.Linear``, ...), by name."""
+        if type(self).__module__.startswith("posenc."):
+            return {}
+        layers: Dict[str, nn.Module] = {}
+        for name, module in self.named_modules():
+            inside = any(name.startswith(f"{outer}.") for outer in layers)
+            if name and not inside and callable(getattr(module, "reset_parameters", None)):
+                layers[name] = module
+        return layers
+
     def snapshot(self) -> None:
         """Remember the current tensors as the ones :meth:`reset_parameters` restores (the model calls it)."""
         state = {k: v.detach().clone() for k, v in self.state_dict().items()}
         self.__dict__["_initial_state"] = state
+        drawn = tuple(f"{name}." for name in self._layers())  # drawn from the training seed: only shapes count
         digest = hashlib.sha256()
         for k in sorted(state):
-            digest.update(k.encode())
-            digest.update(state[k].cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-                          if state[k].numel() else b"")
+            digest.update(f"{k} {tuple(state[k].shape)} {state[k].dtype}".encode())
+            if state[k].numel() and not k.startswith(drawn):
+                digest.update(state[k].cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
         self.__dict__["_initial_hash"] = digest.hexdigest()[:16] if state else None
 
     @torch.no_grad()
@@ -345,12 +391,25 @@ class PositionScheme(nn.Module):
         """Re-draw learned parameters (from ``generator``); by default restore the initial values.
 
         Built-in learned schemes draw from ``generator`` (reproducible with the
-        training seed). A scheme of yours keeps the values it was built with,
-        which enter :meth:`config`; override to draw them from ``generator``.
+        training seed). In a scheme of yours, the torch layers it holds
+        (``nn.Linear``, ``nn.Embedding``, any submodule with a
+        ``reset_parameters()`` method) are drawn again by that method with
+        torch's random generator seeded from ``generator``, as the model's own
+        layers are, so a run depends on its seed and not on what ran before;
+        tensors held by the scheme itself (``nn.Parameter(torch.zeros(h))``)
+        keep the values it was built with, which enter :meth:`config`.
+        Override to draw them otherwise.
         """
         state = self.__dict__.get("_initial_state")
         if state:
             self.load_state_dict(state)
+        layers = self._layers()
+        if generator is not None and layers:
+            seed = int(torch.randint(2 ** 62, (1,), generator=generator))
+            with torch.random.fork_rng(devices=[]):  # the global generator is left as it was
+                torch.manual_seed(seed)
+                for module in layers.values():
+                    module.reset_parameters()
 
     @property
     def embeds(self) -> bool:
