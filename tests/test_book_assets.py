@@ -39,3 +39,31 @@ def test_vendored_plotly_has_every_trace_type_the_book_draws():
             if f"go.{name}(" in code}
     assert used <= {"Scatter", "Heatmap", "Bar", "Contour", "Histogram", "Pie", "Box", "Violin"}, used
     assert "make_subplots" not in code or "specs=" not in code  # no 3-D or polar subplots
+
+
+def test_a_page_from_the_execution_cache_still_offers_its_outputs(tmp_path):
+    """myst-nb writes the unexecuted notebook when a page's outputs come from jupyter-cache (a cached rebuild);
+    the download "with outputs" then takes them from the cache, and is not offered when there are none."""
+    import json
+    import types
+
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    ext = _extension()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# t"), nbformat.v4.new_code_cell("1 + 1")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    executed = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    executed.cells[1].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)]
+    executed.cells[1].execution_count = 1
+    cache = get_cache(tmp_path / "cache")
+    cache.cache_notebook_bundle(CacheBundleIn(executed, "page.ipynb"), check_validity=False)
+    app = types.SimpleNamespace(env=types.SimpleNamespace(
+        mystnb_config=types.SimpleNamespace(execution_cache_path=str(tmp_path / "cache"))))
+    as_written = nbformat.writes(nb)  # what jupyter_execute/ holds after a cached rebuild
+    merged = json.loads(ext._with_cached_outputs(app, as_written))
+    assert "".join(merged["cells"][1]["outputs"][0]["data"]["text/plain"]) == "2"
+    assert ext._with_cached_outputs(app, nbformat.writes(executed)) == nbformat.writes(executed)  # a fresh build
+    other = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("2 + 2")], metadata=nb.metadata)
+    assert ext._with_cached_outputs(app, nbformat.writes(other)) is None  # nothing cached: no empty download

@@ -197,16 +197,47 @@ def with_plotly_json(notebook: str) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
+def _has_outputs(notebook: dict) -> bool:
+    return any(c.get("outputs") for c in notebook.get("cells", []) if c.get("cell_type") == "code")
+
+
+def _with_cached_outputs(app, text: str):
+    """The notebook ``text`` with its outputs, or None if no outputs can be found.
+
+    myst-nb writes the notebook it executed to ``jupyter_execute/``, but when a
+    page's outputs come from the execution cache it writes the notebook as read,
+    without them; they are then merged here from the same cache.
+    """
+    if _has_outputs(json.loads(text)):
+        return text
+    config = getattr(app.env, "mystnb_config", None)
+    cache_path = getattr(config, "execution_cache_path", None)
+    if not cache_path or not Path(cache_path).exists():
+        return None
+    import nbformat
+    from jupyter_cache import get_cache
+
+    try:
+        _, merged = get_cache(cache_path).merge_match_into_notebook(nbformat.reads(text, as_version=4))
+    except KeyError:  # no cached execution of these cells
+        return None
+    merged_text = nbformat.writes(merged)
+    return merged_text if _has_outputs(json.loads(merged_text)) else None
+
+
 def _executed_download(app, pagename, templatename, context, doctree) -> None:
     # The notebook as executed by this build (myst-nb writes it beside the site),
     # offered in the page's download menu next to the clean one.
     executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
     if not executed.exists():
         return
+    text = _with_cached_outputs(app, executed.read_text(encoding="utf8"))
+    if text is None:
+        return  # never offer a notebook "with outputs" that has none
     name = f"{EXECUTED}/{pagename}-with-outputs.ipynb"
     target = Path(app.outdir) / name
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(with_plotly_json(executed.read_text(encoding="utf8")), encoding="utf8")
+    target.write_text(with_plotly_json(text), encoding="utf8")
     for group in context.get("header_buttons") or []:
         if group.get("label") == "download-buttons":
             clean = [i for i, b in enumerate(group["buttons"])
