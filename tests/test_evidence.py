@@ -1,6 +1,7 @@
 """Seeds, spreads and glued numbers (posenc.evidence)."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -87,8 +88,9 @@ def test_separated_and_ordering():
 def test_over_seeds_calls_every_seed(monkeypatch):
     monkeypatch.delenv("POSENC_SEED", raising=False)
     seen = []
-    s = pe.over_seeds(lambda seed: seen.append(seed) or {"x": float(seed)})
+    s = pe.over_seeds(lambda seed: seen.append(seed) or {"x": float(seed)}, workers=1)  # here: seen is filled
     assert seen == [0, 1, 2] and s["x"].values == (0.0, 1.0, 2.0)
+    assert pe.over_seeds(lambda seed: {"x": float(seed)})["x"].values == (0.0, 1.0, 2.0)  # in forked copies
     assert pe.over_seeds(lambda seed: seed * 2.0, [5, 7]).values == (10.0, 14.0)
     with pytest.raises(ValueError):
         pe.over_seeds(lambda s: 1.0, [])
@@ -212,3 +214,43 @@ def test_slider_axis_ranges_hold_the_error_bars():
     fig = pe.viz.slider_figure(make, [2.0, 4.0], name="k")
     low, high = fig.layout.yaxis.range
     assert low <= 0.5 and high >= 7.0
+
+
+def test_per_seed_side_by_side_equals_one_after_the_other(tmp_path, monkeypatch):
+    """Forked copies evaluate trained models to exactly the numbers of the serial loop (one thread each)."""
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    task = pe.MarkovChain(8, order=1, seed=0)
+    runs = pe.train_seeds(lambda: pe.TinyLM(8, 16, 1, 2, position="alibi"), task, [0, 1, 2], workers=1,
+                          steps=3, seq_len=8, batch_size=2, progress=False)
+
+    def measure(i):
+        r = pe.evaluate_lengths(runs[i].model, task, [8, 32], batches=1, batch_size=2)
+        return {n: (x.loss, x.position_loss) for n, x in r.items()}
+
+    threads = torch.get_num_threads()
+    forked, serial = pe.per_seed(measure, [0, 1, 2], workers=2), pe.per_seed(measure, [0, 1, 2], workers=1)
+    assert torch.get_num_threads() == threads
+    for a, b in zip(forked, serial):
+        for n in (8, 32):
+            assert a[n][0] == b[n][0] and torch.equal(a[n][1], b[n][1])
+    assert forked[0] != forked[1]
+
+
+def test_per_seed_passes_warnings_and_raises_errors_here():
+    def warn(s):
+        warnings.warn(f"seed {s} says hello", UserWarning)
+        return s
+
+    with pytest.warns(RuntimeWarning) as caught:
+        assert pe.per_seed(warn, [0, 1], workers=2) == [0, 1]
+    assert sorted(str(w.message) for w in caught) == ["seed 0 says hello", "seed 1 says hello"]
+
+    def fail(s):
+        if s == 1:
+            raise KeyError("no such length")
+        return s
+
+    with pytest.raises(KeyError, match="no such length"):
+        pe.per_seed(fail, [0, 1, 2], workers=2)
+    with pytest.raises(ValueError, match="measure must be a function"):
+        pe.per_seed(3)

@@ -11,9 +11,10 @@ only where the ranges separate, and quotes numbers from the run itself:
   the evaluation batches, both moved by it, so anyone can rerun a chapter on
   other seeds.
 * :func:`train_seeds` trains one configuration on every seed (cached like any
-  :func:`~posenc.train` run); :func:`over_seeds` runs any measurement per seed
-  and :func:`spread` aggregates per-seed results, leaf by leaf, into
-  :class:`Spread` values (mean, min, max).
+  :func:`~posenc.train` run); :func:`per_seed` runs any measurement per seed
+  (side by side on a CPU), :func:`spread` aggregates per-seed results, leaf
+  by leaf, into :class:`Spread` values (mean, min, max), and
+  :func:`over_seeds` does both.
 * :func:`separated` says whether two ranges separate, the condition for a
   verdict; :func:`glue` hands a number to the page's prose (myst-nb's
   ``{glue:text}`` role) and returns its text.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -35,7 +37,7 @@ from ._validate import check_int
 from .runtime import pick_device
 from .train import TrainResult, _progress_bar, train
 
-__all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "Spread", "spread", "over_seeds",
+__all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "Spread", "spread", "per_seed", "over_seeds",
            "train_seeds", "separated", "glue"]
 
 SEED_ENV = "POSENC_SEED"
@@ -199,12 +201,90 @@ def _aggregate(items: List[Any], where: str) -> Any:
     raise ValueError(f"{where}: a per-seed result must be numbers, dicts, lists or tensors, got {first!r}")
 
 
-def over_seeds(measure: Callable[[int], Any], seed_list: Optional[Sequence[int]] = None) -> Any:
-    """``spread([measure(s) for s in seed_list])``; ``seed_list`` defaults to :func:`seeds`."""
-    seed_list = seeds() if seed_list is None else list(seed_list)
+def per_seed(measure: Callable[[int], Any], seed_list: Optional[Sequence[int]] = None, *,
+             workers: Optional[int] = None) -> List[Any]:
+    """``[measure(s) for s in seed_list]``, side by side on a CPU; ``seed_list`` defaults to :func:`seeds`.
+
+    Each ``measure(s)`` runs on one torch thread (tiny models are dominated by
+    per-operation overhead, and the numbers then do not depend on the
+    machine's thread count). On Linux, without CUDA in use, up to ``workers``
+    (default: the usable cores) run at once in forked copies of this process,
+    which send their results back (anything :func:`torch.save` can write);
+    elsewhere they run here one after the other, with the same results. What
+    ``measure`` changes (a model's window, a global) is not seen by the other
+    calls or by the caller: return what you need. A call that fails in a copy
+    runs again here, so its error is raised as usual.
+    """
+    if not callable(measure):
+        raise ValueError(f"measure must be a function of a seed, got {type(measure).__name__}")
+    seed_list = seeds() if seed_list is None else [check_int("every seed", s, 0) for s in seed_list]
     if not seed_list:
         raise ValueError("seed_list must not be empty")
-    return spread([measure(s) for s in seed_list])
+    workers = min(_usable_cores(), len(seed_list)) if workers is None else check_int("workers", workers, 1)
+    done: Dict[int, Any] = {}
+    if (workers > 1 and len(seed_list) > 1 and hasattr(os, "fork") and sys.platform.startswith("linux")
+            and not torch.cuda.is_initialized()):
+        done = _measure_in_workers(measure, seed_list, workers)
+    return [done[i] if i in done else _on_one_thread(measure, s) for i, s in enumerate(seed_list)]
+
+
+def over_seeds(measure: Callable[[int], Any], seed_list: Optional[Sequence[int]] = None, *,
+               workers: Optional[int] = None) -> Any:
+    """``spread(per_seed(measure, seed_list))``: the spread of a measurement over the seeds (:func:`per_seed`)."""
+    return spread(per_seed(measure, seed_list, workers=workers))
+
+
+def _on_one_thread(measure: Callable[[int], Any], seed: int) -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return measure(seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure_in_workers(measure: Callable[[int], Any], seed_list: List[int], workers: int) -> Dict[int, Any]:
+    """``{i: measure(seed_list[i])}`` from forked processes; a call whose process failed is left out."""
+    results: Dict[int, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="posenc-seeds-") as folder:
+        running: Dict[int, int] = {}  # pid -> index
+        todo = list(enumerate(seed_list))
+        while todo or running:
+            while todo and len(running) < workers:
+                i, s = todo.pop(0)
+                pid = os.fork()
+                if pid == 0:  # the child: measure, write the result whole, exit without the parent's exit handlers
+                    _child_measure(measure, s, os.path.join(folder, f"{i}.pt"))
+                running[pid] = i
+            finished = [pid for pid in running if os.waitpid(pid, os.WNOHANG)[0] == pid]  # only our children
+            if not finished:
+                time.sleep(0.02)
+            for pid in finished:
+                i = running.pop(pid)
+                path = os.path.join(folder, f"{i}.pt")
+                if os.path.exists(path):
+                    value, caught = torch.load(path, weights_only=False)  # written by our own child
+                    for message in caught:
+                        warnings.warn(message, RuntimeWarning, stacklevel=4)
+                    results[i] = value
+    return results
+
+
+def _child_measure(measure: Callable[[int], Any], seed: int, path: str) -> None:  # pragma: no cover (a child)
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        sys.stdout = sys.stderr = open(os.devnull, "w")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = _on_one_thread(measure, seed)
+        torch.save((value, [str(w.message)[:2000] for w in caught[:16]]), path + ".tmp")
+        os.replace(path + ".tmp", path)
+        code = 0
+    finally:
+        os._exit(code)
 
 
 def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], Any]]], data: Any,
