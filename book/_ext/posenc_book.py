@@ -9,7 +9,8 @@
 * ``static/posenc.css`` fits the pages to a phone (long code wraps, wide
   blocks scroll).
 * Every executed notebook is offered for download, with its outputs, next to
-  the clean one (the page's download menu).
+  the clean one (the page's download menu), and so is a reader copy for
+  JupyterLab and Colab, where MyST is not rendered (``book/reader_copy.py``).
 * MathJax 3 comes from the ``sphinx-mathjax-offline`` package.
 
 Both are copied into ``_static/vendor/`` so the site needs no network.
@@ -23,6 +24,7 @@ link to the repository.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -252,6 +254,42 @@ def _executed_download(app, pagename, templatename, context, doctree) -> None:
             })
 
 
+@functools.lru_cache(maxsize=None)
+def _reader_copy():
+    """``book/reader_copy.py``, which writes a notebook page's copy for JupyterLab and Colab."""
+    path = Path(__file__).resolve().parents[1] / "reader_copy.py"
+    spec = importlib.util.spec_from_file_location("posenc_book_reader_copy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _reader_download(app, pagename, templatename, context, doctree) -> None:
+    # A copy of the page's notebook that reads well where MyST is not rendered
+    # (solutions folded, citations, numbers and equation references written
+    # out, with this build's values), in the download menu after the others.
+    try:
+        name = _reader_copy().site_copy(app, pagename)
+    except Exception as err:  # the page itself does not depend on it
+        logger.warning(f"no reader copy of {pagename}: {type(err).__name__}: {err}", location=pagename)
+        return
+    if name is None:
+        return
+    for group in context.get("header_buttons") or []:
+        if group.get("label") == "download-buttons":
+            before = [i for i, b in enumerate(group["buttons"]) if b.get("label") in (
+                "download-notebook-button", "download-source-button", "download-executed-notebook-button")]
+            group["buttons"].insert(before[-1] + 1 if before else 0, {
+                "type": "link",
+                "url": context["pathto"](name, 1),
+                "text": ".ipynb for Jupyter / Colab",
+                "icon": "fas fa-book-reader",
+                "tooltip": "Download the notebook written for JupyterLab and Colab: solutions folded, "
+                           "citations, equation numbers and this page's numbers written out",
+                "label": "download-reader-notebook-button",
+            })
+
+
 def _write_redirect(app, exception) -> None:
     # The site's index.html sends the reader to the first page. sphinx-external-toc
     # writes it as a bare <meta> refresh when it is missing; without a declared icon
@@ -295,6 +333,7 @@ def setup(app):
     app.connect("config-inited", _static_path)
     app.add_css_file("posenc.css")
     app.connect("html-page-context", _executed_download, priority=600)  # after the theme's buttons (501)
+    app.connect("html-page-context", _reader_download, priority=600)  # after the executed notebook's
     app.connect("html-page-context", _plotly_where_needed, priority=800)
     app.connect("build-finished", _copy_assets)
     app.connect("build-finished", _lighten_pages)
