@@ -118,6 +118,14 @@ from .linear import (
     locally_accumulated_attention,
     gradient_relative_std,
 )
+from .decay import (
+    DECAY_RATES,
+    decay_rates,
+    gate_decay,
+    decayed_linear_attention,
+    decayed_linear_attention_recurrent,
+    decayed_attention_weights,
+)
 from .layers import (
     ATTENTION_KINDS,
     Positions,
@@ -127,6 +135,8 @@ from .layers import (
     LinearAttention,
     NormAttention,
     DiagAttention,
+    DecayAttention,
+    GatedDecayAttention,
     attention_layer,
 )
 from .scheme import (  # after the topic modules, which register their schemes
@@ -263,6 +273,12 @@ __all__ = [
     "rope_linear_attention",
     "locally_accumulated_attention",
     "gradient_relative_std",
+    "DECAY_RATES",
+    "decay_rates",
+    "gate_decay",
+    "decayed_linear_attention",
+    "decayed_linear_attention_recurrent",
+    "decayed_attention_weights",
     "ATTENTION_KINDS",
     "Positions",
     "block_diagonal_mask",
@@ -271,6 +287,8 @@ __all__ = [
     "LinearAttention",
     "NormAttention",
     "DiagAttention",
+    "DecayAttention",
+    "GatedDecayAttention",
     "attention_layer",
     "PositionScheme",
     "NoPE",

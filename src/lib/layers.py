@@ -1,4 +1,4 @@
-"""Attention layers that a model composes: softmax, linear (1 + elu), NormAttention, DiagAttention.
+"""Attention layers that a model composes: softmax, linear (1 + elu), NormAttention, DiagAttention, decayed.
 
 Every layer here maps ``x`` ``(batch, seq, d_model)`` to ``(batch, seq,
 d_model)``: one projection to queries, keys and values, the heads' mixing,
@@ -12,6 +12,10 @@ and an output projection. The layers differ only in the mixing:
                (Qin et al., 2022; :func:`posenc.norm_attention`)
 ``"diag"``     TransNormer's DiagAttention: softmax inside non-overlapping blocks
                (:func:`diag_attention`)
+``"decay"``    linear attention whose state decays by a fixed rate per head: RetNet's
+               retention (Sun et al., 2023; :func:`posenc.decayed_linear_attention`)
+``"gated"``    the same with a learned gate per head and step, ``sigmoid(w.x+b)^(1/tau)``
+               (GLA, Yang et al., 2024; Mamba-2's scalar decay)
 =============  =====================================================================
 
 Position enters through a :class:`Positions` record that the model fills from
@@ -39,6 +43,7 @@ from torch import nn
 from ._validate import check_int, check_number
 from .attention import attention as _softmax_attention
 from .attention import relative_attention
+from .decay import _decay_value, decay_rates, decayed_attention_weights, decayed_linear_attention, gate_decay
 from .linear import (
     _check_eps,
     _check_method,
@@ -62,11 +67,13 @@ __all__ = [
     "LinearAttention",
     "NormAttention",
     "DiagAttention",
+    "DecayAttention",
+    "GatedDecayAttention",
     "attention_layer",
 ]
 
 #: The attention kinds of :func:`attention_layer` (and ``TinyLM(attention=...)``).
-ATTENTION_KINDS = ("softmax", "linear", "norm", "diag")
+ATTENTION_KINDS = ("softmax", "linear", "norm", "diag", "decay", "gated")
 
 
 # ---------------------------------------------------------------------------
@@ -480,7 +487,93 @@ class DiagAttention(_MultiHead):
         return scores * mask
 
 
-_LAYERS = dict(softmax=SoftmaxAttention, linear=LinearAttention, norm=NormAttention, diag=DiagAttention)
+class DecayAttention(_MultiHead):
+    """Linear attention whose state decays by a fixed rate per head (RetNet's retention; :mod:`posenc.decay`).
+
+    ``out_i = RMSNorm(sum_{j<=i} gamma_h^(i-j) (phi(q_i) . phi(k_j)) v_j)``
+    per head, computed chunkwise (:func:`posenc.decayed_linear_attention`).
+    A rotation acts on the features ``phi(q)``, ``phi(k)`` as in the
+    ``"linear"`` kind (with RoPE this is RetNet's ``Q K^T`` with ``e^{i n
+    theta}`` rotations); the decay is the only distance bias. Causal only.
+
+    Args:
+        d_model, n_heads, rope, bias, dropout: as in :class:`SoftmaxAttention`.
+        decay: ``"retnet"`` (default), ``"alibi"`` or ``(n_heads,)`` rates in
+            ``(0, 1]`` (:func:`posenc.decay_rates`); a fixed buffer, not trained.
+        feature: feature map (default ``"identity"``, as RetNet).
+        chunk_size, eps: the chunk length and the RMSNorm's ``eps``.
+    """
+
+    kind = "decay"
+
+    def __init__(self, d_model: int, n_heads: int, *, decay: Any = "retnet", feature: str = "identity",
+                 chunk_size: int = 64, eps: float = 1e-6, rope: bool = False, causal: bool = True,
+                 bias: bool = False, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, causal=causal, rope=rope, bias=bias, dropout=dropout)
+        if not self.causal:
+            raise ValueError(f"{self.kind!r} attention is causal (its state decays along the sequence): "
+                             "build it with causal=True")
+        feature_map(feature)
+        self.feature, self.eps, self.chunk_size = feature, _check_eps(eps), check_int("chunk_size", chunk_size)
+        if self.kind == "decay":
+            self.decay = _decay_value(decay, n_heads)  # a name or a list of floats
+            self.register_buffer("log_decay", decay_rates(self.decay, n_heads, log=True, dtype=torch.float64),
+                                 persistent=False)
+
+    def _log_gates(self, packed):
+        """``(q, k, v)`` and the log decays from what :meth:`_qkv` returned."""
+        return packed, self.log_decay
+
+    def _inputs(self, packed, pos: Positions):
+        (q, k, v), log_gamma = self._log_gates(packed)
+        phi = feature_map(self.feature)
+        fq, fk = _rotate_pair(pos, phi(q), phi(k))
+        return fq, fk, v, log_gamma.to(fq.dtype)
+
+    def mix(self, qkv, pos):
+        fq, fk, v, log_gamma = self._inputs(qkv, pos)
+        return decayed_linear_attention(fq, fk, v, log_gamma, log_space=True, chunk=self.chunk_size, eps=self.eps)
+
+    def weights(self, qkv, pos):
+        """Decayed scores ``prod(gamma) phi(q_i) . phi(k_j)`` (before the norm; rows do not sum to 1)."""
+        fq, fk, _, log_gamma = self._inputs(qkv, pos)
+        return decayed_attention_weights(fq, fk, log_gamma, log_space=True)
+
+
+class GatedDecayAttention(DecayAttention):
+    """Decayed linear attention with a learned gate per head and step (GLA's scalar gate; :mod:`posenc.decay`).
+
+    ``gamma_t = sigmoid(w_h . x_t + b_h)^(1 / tau)`` from the layer's input
+    (:func:`posenc.gate_decay`), a linear map ``gate`` ``(d_model -> n_heads)``
+    with a bias; the state decays by ``gamma_t`` at step ``t``. Otherwise as
+    :class:`DecayAttention`.
+
+    Args:
+        gate_temperature: ``tau > 0`` (16 in GLA, Yang et al., 2024).
+        d_model, n_heads, feature, chunk_size, eps, rope, bias, dropout: as in :class:`DecayAttention`.
+    """
+
+    kind = "gated"
+
+    def __init__(self, d_model: int, n_heads: int, *, gate_temperature: float = 16.0, feature: str = "identity",
+                 chunk_size: int = 64, eps: float = 1e-6, rope: bool = False, causal: bool = True,
+                 bias: bool = False, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, feature=feature, chunk_size=chunk_size, eps=eps, rope=rope,
+                         causal=causal, bias=bias, dropout=dropout)
+        self.gate_temperature = check_number("gate_temperature", gate_temperature, 0.0)
+        self.gate = nn.Linear(self.d_model, n_heads)
+
+    def _qkv(self, x):
+        """``(q, k, v)`` and the ``(batch, heads, seq)`` log gates of ``x``."""
+        qkv = super()._qkv(x)
+        return qkv, gate_decay(self.gate(x).transpose(1, 2), self.gate_temperature, log=True)
+
+    def _log_gates(self, packed):
+        return packed
+
+
+_LAYERS = dict(softmax=SoftmaxAttention, linear=LinearAttention, norm=NormAttention, diag=DiagAttention,
+               decay=DecayAttention, gated=GatedDecayAttention)
 
 
 def attention_layer(kind: str, d_model: int, n_heads: int, **options) -> _MultiHead:

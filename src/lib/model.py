@@ -11,9 +11,12 @@ are *how it knows where a token is* and *how its layers attend*:
   :class:`posenc.PositionScheme` object, yours included. The model calls the
   scheme's hooks and names no scheme itself.
 * ``attention``: ``"softmax"`` (default), ``"linear"`` (``1 + elu``),
-  ``"norm"`` (NormAttention) or ``"diag"`` (DiagAttention), or one kind per
-  layer: TransNormer is ``["diag"] * (n // 2) + ["norm"] * (n - n // 2)``
-  with ``ffn="glu"`` (:mod:`posenc.layers`).
+  ``"norm"`` (NormAttention), ``"diag"`` (DiagAttention), ``"decay"``
+  (linear attention whose state decays, RetNet's retention: ``decay="retnet"``,
+  ``"alibi"`` or rates of your own) or ``"gated"`` (the decay a learned gate
+  per step, GLA; ``gate_temperature``), or one kind per layer: TransNormer is
+  ``["diag"] * (n // 2) + ["norm"] * (n - n // 2)`` with ``ffn="glu"``
+  (:mod:`posenc.layers`, :mod:`posenc.decay`).
 
 Two evaluation-time switches change softmax attention without retraining:
 
@@ -60,6 +63,7 @@ from torch import nn
 
 from ._validate import check_int, check_number
 from .extend import RopeScaling, rope_scaling
+from .decay import _decay_value
 from .layers import ATTENTION_KINDS, Positions, attention_layer
 from .linear import FEATURE_MAPS, feature_map
 from .scheme import PositionScheme, position_scheme
@@ -149,6 +153,10 @@ class TinyLM(nn.Module):
         d_ff: feed-forward hidden width (default ``4 * d_model``).
         diag_block: block size of ``"diag"`` layers.
         feature: feature map of ``"linear"`` and ``"norm"`` layers.
+        decay: per-head decay of ``"decay"`` layers: ``"retnet"`` (``1 - 2^(-5-h)``),
+            ``"alibi"`` (``exp(-m_h)``) or ``(n_heads,)`` rates in ``(0, 1]``
+            (:func:`posenc.decay_rates`; in :attr:`config` as the name or a list of floats).
+        gate_temperature: ``tau`` of the gates ``sigmoid(w.x+b)^(1/tau)`` of ``"gated"`` layers.
         **position_options: options of a scheme given by name, e.g.
             ``max_len`` (``"learned"``: rows of the table), ``base``
             (``"rope"``, ``"xpos"``), ``partial`` (``"rope"``: the rotated
@@ -187,6 +195,8 @@ class TinyLM(nn.Module):
         d_ff: Optional[int] = None,
         diag_block: int = 64,
         feature: str = "elu+1",
+        decay: Any = "retnet",
+        gate_temperature: float = 16.0,
         **position_options: Any,
     ) -> None:
         super().__init__()
@@ -214,6 +224,8 @@ class TinyLM(nn.Module):
             raise ValueError(f"feature must be the name of a feature map, one of {sorted(FEATURE_MAPS)}, "
                              f"got {feature!r}")
         feature_map(feature)
+        decay = _decay_value(decay, n_heads)  # checked (and Python values) whatever the kinds
+        gate_temperature = check_number("gate_temperature", gate_temperature, 0.0)
 
         scheme = position_scheme(position, **position_options)
         scheme.bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
@@ -234,9 +246,11 @@ class TinyLM(nn.Module):
         if ffn != "mlp":
             self._config["ffn"] = ffn
         options: Dict[str, Dict[str, Any]] = dict(linear=dict(feature=feature), norm=dict(feature=feature),
-                                                  diag=dict(block_size=diag_block), softmax={})
-        for kd in sorted(set(kinds)):
-            self._config.update({f"{kd}_{k}": v for k, v in options[kd].items()})
+                                                  diag=dict(block_size=diag_block), softmax={}, decay=dict(decay=decay),
+                                                  gated=dict(gate_temperature=gate_temperature))
+        for kd in sorted(set(kinds)):  # an option named as the model's argument keeps its name
+            self._config.update({k if k in ("decay", "gate_temperature") else f"{kd}_{k}": v
+                                 for k, v in options[kd].items()})
 
         self.tok = nn.Embedding(vocab_size, d_model)
         self.position = scheme
@@ -402,6 +416,9 @@ class TinyLM(nn.Module):
                 lin.bias.zero_()
             if getattr(block.attn, "gain", None) is not None:
                 block.attn.gain.fill_(1.0)
+            if getattr(block.attn, "gate", None) is not None:  # "gated" layers: gates start near 0.5^(1/tau)
+                normal(block.attn.gate.weight, 0.02)
+                block.attn.gate.bias.zero_()
         self.ln_f.weight.fill_(1.0)
         self.ln_f.bias.zero_()
         normal(self.head.weight, 0.02)
@@ -495,7 +512,8 @@ class TinyLM(nn.Module):
             ``weights`` is a list with one ``(batch, heads, seq, seq)`` tensor
             per layer (softmax and DiagAttention layers: probabilities; linear
             layers: ``phi(q_i) . phi(k_j)`` over the row sum; NormAttention
-            layers: the raw scores before the norm).
+            layers: the raw scores before the norm; decay and gated layers:
+            the decayed scores before the norm).
         """
         x = self._embed(idx)
         weights: Optional[List[torch.Tensor]] = [] if return_attention else None
