@@ -28,8 +28,6 @@ COLAB_QUICK ?= 01 02
 # `make test` also runs the chapters that train models on the other CPU kernel set of this machine,
 # with POSENC_SEED=1 and an empty run cache (make test-evidence); `make test EVIDENCE=` skips it.
 EVIDENCE ?= 1
-# What the executed chapters depend on besides their source: a change empties the book's execution cache.
-BOOK_ENV = size=$(SIZE) seed=$(POSENC_SEED) kernels=$(ATEN_CPU_CAPABILITY)
 
 .PHONY: all book test test-lib test-notebooks test-site test-evidence colab-check install-cells dist benchmarks gpu-kit venv clean
 
@@ -45,9 +43,6 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 book: venv
-	@mkdir -p _build; if [ -f _build/.book-env ] && [ "$$(cat _build/.book-env)" != "$(BOOK_ENV)" ]; then \
-		echo "$(BOOK_ENV) differs from the last build ($$(cat _build/.book-env)): executing every chapter again"; \
-		rm -rf _build/.jupyter_cache; fi; echo "$(BOOK_ENV)" > _build/.book-env
 	POSENC_SIZE=$(SIZE) POSENC_STATIC=1 $(BIN)/jupyter-book build --all -W --keep-going .
 	@echo "The website is in $(SITE)/index.html"
 

@@ -67,3 +67,17 @@ def test_a_page_from_the_execution_cache_still_offers_its_outputs(tmp_path):
     assert ext._with_cached_outputs(app, nbformat.writes(executed)) == nbformat.writes(executed)  # a fresh build
     other = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("2 + 2")], metadata=nb.metadata)
     assert ext._with_cached_outputs(app, nbformat.writes(other)) is None  # nothing cached: no empty download
+
+
+def test_one_execution_cache_per_mode_seed_and_kernel_set():
+    """jupyter-cache keys notebooks by their code only: the build's settings choose the cache folder."""
+    name = _extension().execution_cache_name
+    assert name(".jupyter_cache", {"POSENC_SIZE": "small"}) == ".jupyter_cache-small"
+    assert name(".jupyter_cache", {"POSENC_SIZE": "small", "POSENC_SEED": "0"}) == ".jupyter_cache-small"
+    assert name(".jupyter_cache", {}) == ".jupyter_cache-auto"
+    seeded = name(".jupyter_cache", {"POSENC_SIZE": "small", "POSENC_SEED": "1", "ATEN_CPU_CAPABILITY": "default"})
+    assert seeded == ".jupyter_cache-small-seed1-default"
+    names = {name(".jupyter_cache", {"POSENC_SIZE": size, "POSENC_SEED": seed, "ATEN_CPU_CAPABILITY": kernels})
+             for size in ("small", "full") for seed in ("", "1", "2") for kernels in ("", "default", "avx2")}
+    assert len(names) == 2 * 3 * 3 and all("/" not in n for n in names)
+    assert "/" not in name(".jupyter_cache", {"POSENC_SEED": "../x"})

@@ -83,13 +83,29 @@ def _mathjax_dir() -> Path:
     return Path(dist.locate_file("sphinx-mathjax-offline/static/mathjax"))
 
 
+def execution_cache_name(name: str, environ=os.environ) -> str:
+    """The execution cache's folder name for this build's environment.
+
+    Executed notebooks depend on the running mode, the seeds (``POSENC_SEED``)
+    and PyTorch's CPU kernels (``ATEN_CPU_CAPABILITY``), none of which
+    jupyter-cache sees: one cache per combination, so that a build never shows
+    the outputs of another (and switching back reuses the earlier one).
+    """
+    mode = environ.get("POSENC_SIZE", "").strip().lower() or "auto"
+    parts = [name, mode]
+    seed = environ.get("POSENC_SEED", "").strip()
+    if seed and seed != "0":
+        parts.append(f"seed{seed}")
+    kernels = environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if kernels:
+        parts.append(kernels)
+    return "-".join(re.sub(r"[^A-Za-z0-9_.]", "_", part) for part in parts)
+
+
 def _set_paths(app, config) -> None:
     config.mathjax_path = f"{VENDOR}/mathjax/tex-chtml.js"
-    # Executed notebooks depend on the running mode: keep one cache per mode,
-    # so that a `small` build never shows the figures of a `full` one.
-    mode = os.environ.get("POSENC_SIZE", "").strip().lower() or "auto"
     cache = Path(config.nb_execution_cache_path or Path(app.outdir).parent / ".jupyter_cache")
-    config.nb_execution_cache_path = str(cache.with_name(f"{cache.name}-{mode}"))
+    config.nb_execution_cache_path = str(cache.with_name(execution_cache_name(cache.name)))
 
 
 COLAB_URL = "https://colab.research.google.com"
