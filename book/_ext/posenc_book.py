@@ -359,7 +359,7 @@ def setup(app):
 
 
 # --- Bibliography style --------------------------------------------------------
-# The text cites "Press et al., 2022" (``bibtex_reference_style: author_year``);
+# The text cites "[Press et al., 2022]" (``bibtex_reference_style: label`` with these labels);
 # the list uses the same author–year labels (style "posenc", set as
 # ``bibtex_default_style`` in _config.yml) and links each title to its paper.
 
