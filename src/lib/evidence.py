@@ -245,16 +245,29 @@ def _on_one_thread(measure: Callable[[int], Any], seed: int) -> Any:
 
 def _measure_in_workers(measure: Callable[[int], Any], seed_list: List[int], workers: int) -> Dict[int, Any]:
     """``{i: measure(seed_list[i])}`` from forked processes; a call whose process failed is left out."""
+    return _in_workers(measure, seed_list, workers, stacklevel=5)
+
+
+def _in_workers(call: Callable[[Any], Any], items: List[Any], workers: int, bar: Any = None,
+                stacklevel: int = 4) -> Dict[int, Any]:
+    """``{i: call(items[i])}``, each call in a forked copy of this process on one thread, ``workers`` at a time.
+
+    A child silences its output, runs its call, writes the result and its
+    warnings whole to a temporary file (anything :func:`torch.save` can
+    write) and exits without the parent's exit handlers; the warnings are
+    raised here. A call whose process failed is left out, for the caller to
+    run again here (and raise its error). ``bar``: updated once per call.
+    """
     results: Dict[int, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="posenc-seeds-") as folder:
+    with tempfile.TemporaryDirectory(prefix="posenc-workers-") as folder:
         running: Dict[int, int] = {}  # pid -> index
-        todo = list(enumerate(seed_list))
+        todo = list(enumerate(items))
         while todo or running:
             while todo and len(running) < workers:
-                i, s = todo.pop(0)
+                i, item = todo.pop(0)
                 pid = os.fork()
-                if pid == 0:  # the child: measure, write the result whole, exit without the parent's exit handlers
-                    _child_measure(measure, s, os.path.join(folder, f"{i}.pt"))
+                if pid == 0:
+                    _child(call, item, os.path.join(folder, f"{i}.pt"))
                 running[pid] = i
             finished = [pid for pid in running if os.waitpid(pid, os.WNOHANG)[0] == pid]  # only our children
             if not finished:
@@ -265,12 +278,14 @@ def _measure_in_workers(measure: Callable[[int], Any], seed_list: List[int], wor
                 if os.path.exists(path):
                     value, caught = torch.load(path, weights_only=False)  # written by our own child
                     for message in caught:
-                        warnings.warn(message, RuntimeWarning, stacklevel=4)
+                        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
                     results[i] = value
+                if bar is not None:
+                    bar.update(1)
     return results
 
 
-def _child_measure(measure: Callable[[int], Any], seed: int, path: str) -> None:  # pragma: no cover (a child)
+def _child(call: Callable[[Any], Any], item: Any, path: str) -> None:  # pragma: no cover (a child)
     code = 1
     try:
         null = os.open(os.devnull, os.O_WRONLY)
@@ -279,7 +294,7 @@ def _child_measure(measure: Callable[[int], Any], seed: int, path: str) -> None:
         sys.stdout = sys.stderr = open(os.devnull, "w")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            value = _on_one_thread(measure, seed)
+            value = _on_one_thread(call, item)
         torch.save((value, [str(w.message)[:2000] for w in caught[:16]]), path + ".tmp")
         os.replace(path + ".tmp", path)
         code = 0
@@ -354,10 +369,10 @@ def _usable_cores() -> int:
 def _train_in_workers(jobs: List[Tuple[Any, Any, Dict[str, Any]]], workers: Optional[int]) -> None:
     """Fill the run cache for ``jobs`` with up to ``workers`` forked processes (where that is safe and useful).
 
-    A child trains one job on one thread with its output silenced and exits;
-    its warnings come back through a pipe and are raised here. A child that
-    fails leaves no entry, so the caller's own :func:`~posenc.train` trains
-    that job again here and raises its error.
+    A child trains one job on one thread with its output silenced and exits
+    (:func:`_in_workers`); its warnings are raised here. A child that fails
+    leaves no entry, so the caller's own :func:`~posenc.train` trains that job
+    again here and raises its error.
     """
     workers = min(_usable_cores(), len(jobs)) if workers is None else check_int("workers", workers, 1)
     device = jobs[0][2].get("device")
@@ -365,45 +380,9 @@ def _train_in_workers(jobs: List[Tuple[Any, Any, Dict[str, Any]]], workers: Opti
             or any(not kw.get("cache", True) for _, _, kw in jobs)
             or torch.device(pick_device() if device is None else device).type != "cpu"):
         return
-    running: Dict[int, int] = {}  # pid -> read end of its pipe
-    todo = list(jobs)
     with _progress_bar(len(jobs), f"{len(jobs)} runs, {workers} at a time", True) as bar:
-        while todo or running:
-            while todo and len(running) < workers:
-                model, data, kwargs = todo.pop(0)
-                read, write = os.pipe()
-                pid = os.fork()
-                if pid == 0:  # the child: train, report warnings, exit without running the parent's exit handlers
-                    os.close(read)
-                    _child_train(model, data, kwargs, write)
-                running[pid] = read
-                os.close(write)
-            done = [pid for pid in running if os.waitpid(pid, os.WNOHANG)[0] == pid]  # only our own children
-            if not done:
-                time.sleep(0.05)
-            for pid in done:
-                with os.fdopen(running.pop(pid), "rb") as pipe:
-                    for message in pipe.read().decode("utf-8", "replace").split("\0"):
-                        if message:
-                            warnings.warn(message, RuntimeWarning, stacklevel=3)
-                bar.update(1)
-
-
-def _child_train(model: Any, data: Any, kwargs: Dict[str, Any], write: int) -> None:  # pragma: no cover (a child)
-    code = 1
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        sys.stdout = sys.stderr = open(os.devnull, "w")
-        torch.set_num_threads(1)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            train(model, data, **dict(kwargs, progress=False))
-        os.write(write, "\0".join(str(w.message)[:2000] for w in caught[:16]).encode())
-        code = 0
-    finally:
-        os._exit(code)
+        _in_workers(lambda job: train(job[0], job[1], **dict(job[2], progress=False)) and None, jobs, workers, bar,
+                    stacklevel=5)
 
 
 def separated(a: Union[Spread, Number], b: Union[Spread, Number], margin: float = 0.0) -> bool:
