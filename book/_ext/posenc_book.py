@@ -111,13 +111,19 @@ def _set_paths(app, config) -> None:
 COLAB_URL = "https://colab.research.google.com"
 
 
-def _install_cells():
-    """``book/install_cells.py``, the one place the repository URL is discovered."""
-    path = Path(__file__).resolve().parents[1] / "install_cells.py"
-    spec = importlib.util.spec_from_file_location("posenc_book_install_cells", path)
+@functools.lru_cache(maxsize=None)
+def _book_module(name: str):
+    """The module ``book/<name>.py``, loaded once (book/ is not a package)."""
+    path = Path(__file__).resolve().parents[1] / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"posenc_book_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _install_cells():
+    """``book/install_cells.py``, the one place the repository URL is discovered."""
+    return _book_module("install_cells")
 
 
 def _colab_button(app, config) -> None:
@@ -270,14 +276,9 @@ def _executed_download(app, pagename, templatename, context, doctree) -> None:
             })
 
 
-@functools.lru_cache(maxsize=None)
 def _reader_copy():
     """``book/reader_copy.py``, which writes a notebook page's copy for JupyterLab and Colab."""
-    path = Path(__file__).resolve().parents[1] / "reader_copy.py"
-    spec = importlib.util.spec_from_file_location("posenc_book_reader_copy", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _book_module("reader_copy")
 
 
 def _reader_download(app, pagename, templatename, context, doctree) -> None:
