@@ -353,3 +353,23 @@ def test_a_saved_notebook_shows_the_progress_bar_in_its_final_state(tmp_path):
     texts = [o["data"]["text/plain"] for o in nb.cells[0].outputs if o["output_type"] == "display_data"]
     assert len(texts) == 1 and "30/30" in texts[0] and "100%" in texts[0], texts
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in nb.cells[0].outputs)
+
+
+def test_optimiser_is_fused_adamw_where_torch_has_it_and_the_plain_loop_elsewhere(monkeypatch):
+    params = [torch.nn.Parameter(torch.randn(3, 2)), torch.nn.Parameter(torch.randn(2))]
+    opt = T._adamw([dict(params=params[:1], weight_decay=0.1), dict(params=params[1:], weight_decay=0.0)], 1e-3)
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["betas"] == (0.9, 0.95)
+    real = torch.optim.AdamW
+
+    def no_fused_kernel(*args, fused=None, **kwargs):    # as torch < 2.4 answers on a CPU
+        if fused:
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", no_fused_kernel)
+    fallback = T._adamw([dict(params=params)], 1e-3)
+    assert isinstance(fallback, real) and not fallback.defaults.get("fused")
+    a = T.train(small_model(), CHAIN, **FAST, cache=False)           # trains with the plain loop ...
+    monkeypatch.setattr(torch.optim, "AdamW", real)
+    b = T.train(small_model(), CHAIN, **FAST, cache=False)           # ... and with the fused step: the same arithmetic
+    assert a.losses == pytest.approx(b.losses, abs=1e-5)

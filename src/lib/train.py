@@ -208,6 +208,19 @@ def run_key(config: Dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _adamw(groups: List[Dict[str, Any]], lr: float) -> torch.optim.Optimizer:
+    """AdamW with betas (0.9, 0.95): the fused kernel where this torch has one for the device, else the plain loop.
+
+    The fused step does the same arithmetic in one kernel per parameter group
+    (on a CPU about a tenth of a tiny model's step time is the optimiser's loop);
+    torch < 2.4 has no fused CPU kernel and refuses it at construction.
+    """
+    try:
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> List[Dict[str, Any]]:
     """Weight decay on matrices of linear layers only (not embeddings, norms, biases, the position scheme)."""
     decay, no_decay = [], []
@@ -480,7 +493,7 @@ def train(
     model.to(device)
     model.train()
     batches = torch.Generator().manual_seed(seed + 1)
-    opt = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
+    opt = _adamw(_param_groups(model, weight_decay), lr)
     losses: List[float] = []
     norms: List[torch.Tensor] = []
     params = [p for p in model.parameters() if p.requires_grad]
