@@ -2,8 +2,10 @@
 
 import doctest
 import importlib
+import importlib.util
 import inspect
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +153,26 @@ def test_bibliography_uses_the_author_year_style():
     assert len(set(labels.values())) == len(labels)
     html = style.format_entry(labels["press2022alibi"], bib.entries["press2022alibi"]).text.render_as("html")
     assert '<a href="https://arxiv.org/abs/2108.12409">' in html
+
+
+@pytest.mark.parametrize("name, function", [("train", "train"), ("attention", "attention")])
+def test_help_on_a_callable_module_starts_with_its_function(name, function):
+    """``help(pe.train)`` shows what ``pe.train(...)`` does before the module's other members."""
+    import pydoc
+
+    module = importlib.import_module(f"posenc.{name}")
+    func = getattr(module, function)
+    text = pydoc.render_doc(getattr(pe, name), renderer=pydoc.plaintext)
+    top = "\n".join(text.splitlines()[:12])
+    assert f"{name}{inspect.signature(func)}" in top.replace("\n", " ")     # the call's signature
+    assert inspect.getdoc(func).splitlines()[0] in top                       # and its summary line
+    assert inspect.getdoc(module).index(inspect.cleandoc(module.__module_doc__)) > 0   # the module's text follows
+    ext = importlib.util.spec_from_file_location("posenc_book_for_docs", Path(__file__).resolve().parents[1] / "book" / "_ext" / "posenc_book.py")
+    book = importlib.util.module_from_spec(ext)
+    ext.loader.exec_module(book)
+    lines = ["whatever autodoc prepared"]
+    book._module_docstring(None, "module", f"posenc.{name}", module, {}, lines)
+    assert lines == inspect.cleandoc(module.__module_doc__).splitlines()      # the API page: the module's own text
+    lines = ["kept"]
+    book._module_docstring(None, "function", f"posenc.{name}.{function}", func, {}, lines)
+    assert lines == ["kept"]

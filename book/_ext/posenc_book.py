@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -341,6 +342,13 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     context["script_files"] = unique
 
 
+def _module_docstring(app, what, name, obj, options, lines):
+    """The API page shows a callable module (``posenc.train``) with its own docstring, not the one ``help()`` reads."""
+    own = getattr(obj, "__module_doc__", None) if what == "module" else None
+    if own is not None:
+        lines[:] = inspect.cleandoc(own).splitlines()
+
+
 def setup(app):
     for path in (PLOTLY_JS, _mathjax_dir()):
         if not path.exists():
@@ -353,6 +361,7 @@ def setup(app):
     app.connect("html-page-context", _reader_download, priority=600)  # after the executed notebook's
     app.connect("html-page-context", _plotly_where_needed, priority=800)
     app.connect("build-finished", _copy_assets)
+    app.connect("autodoc-process-docstring", _module_docstring)
     app.connect("build-finished", _lighten_pages)
     app.connect("build-finished", _write_redirect, priority=400)  # before sphinx-external-toc's (500)
     app.connect("html-page-context", _dedupe_scripts, priority=900)

@@ -88,12 +88,18 @@ def make_module_callable(module_name: str, function: Callable[..., Any]) -> None
 
     ``posenc.train`` and ``posenc.attention`` are both a module (``import
     posenc.train as m`` gives the module) and, called, their main function
-    (``pe.train(model, data)``), so neither name shadows the other.
+    (``pe.train(model, data)``), so neither name shadows the other. ``help()``
+    and Jupyter's ``?`` show the function's signature and docstring first, then
+    the module's (kept as ``__module_doc__`` for the API page).
     """
     module = sys.modules[module_name]
+    module.__module_doc__ = module.__doc__  # type: ignore[attr-defined]
+    head = f"{module_name.rsplit('.', 1)[-1]}{inspect.signature(function)}"
+    module.__doc__ = (f"{head}\n\n{inspect.getdoc(function) or ''}\n\n"
+                      f"The module {module_name}, of which this is the main function:\n\n{inspect.cleandoc(module.__doc__ or '')}")
 
     class _CallableModule(types.ModuleType):
-        __doc__ = module.__doc__
+        __doc__ = None   # pydoc drops a module docstring equal to its class's
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             return function(*args, **kwargs)
