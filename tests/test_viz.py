@@ -1,3 +1,4 @@
+import math
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
@@ -154,3 +155,55 @@ def test_a_few_log_spaced_lengths_get_a_tick_each():
     assert viz.curves([1, 1.1, 1.2, 2], {"a": [1, 2, 3, 4]}, log_x=True).layout.xaxis.tickvals is None
     assert viz.curves(list(range(1, 50)), {"a": list(range(1, 50))}, log_x=True).layout.xaxis.tickvals is None
     assert viz.curves([256, 512], {"a": [1, 2]}).layout.xaxis.tickvals is None          # linear axis: untouched
+
+
+def test_live_sliders_read_as_the_titles_fit_a_phone_and_keep_the_axes(monkeypatch):
+    """Live sliders: readouts as the titles write the values, a width that fits 390 px, axes fixed over the first
+    parameter's values as on the website, and each of those figures computed once."""
+    import IPython.display
+
+    monkeypatch.delenv(pe.viz.STATIC_ENV, raising=False)
+    widgets = pytest.importorskip("ipywidgets")
+    shown, calls = [], []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+
+    def make(base, heads):
+        calls.append((base, heads))
+        return pe.viz.curves(torch.arange(4), {"a": torch.arange(4) * math.log10(base) * heads, "b": torch.ones(4)},
+                             title=f"base = {base:g}")
+
+    box = pe.viz.interactive(make, base=[100, 10000.0, 1_000_000], heads=[1, 2])
+    assert isinstance(box, widgets.VBox)
+    base, heads = box.children[:2]
+    assert [label for label, _ in base.options] == ["100", "10000", "1e+06"] == [f"{v:g}" for v in (100, 1e4, 1e6)]
+    assert base.index == 0 and base.value == 100
+    assert base.layout.width == "100%" and base.layout.max_width == "420px"    # shrinks with a 390 px screen
+    assert calls == [(100, 1), (10000.0, 1), (1_000_000, 1)]                     # the first slider's figures, once
+    base.value = 1_000_000
+    assert len(calls) == 3 and shown[-1].layout.title.text == "base = 1e+06"     # moving it recomputes nothing
+    assert shown[0].layout.yaxis.range == shown[-1].layout.yaxis.range           # and keeps the axes
+    heads.value = 2
+    assert calls[3:] == [(100, 2), (10000.0, 2), (1_000_000, 2)] and shown[-1].layout.title.text == "base = 1e+06"
+    monkeypatch.setenv(pe.viz.STATIC_ENV, "1")
+    site = pe.viz.interactive(make, base=[100, 10000.0, 1_000_000], heads=[1, 2], initial={"heads": 2})
+    assert [step.args[1]["yaxis.range"] for step in site.layout.sliders[0].steps] == [list(shown[-1].layout.yaxis.range)] * 3
+    assert [step.label for step in site.layout.sliders[0].steps] == ["100", "10000", "1e+06"]   # the website's labels
+
+
+def test_live_figures_put_the_legend_under_the_plot():
+    fig = pe.viz.curves(torch.arange(5), {f"a long curve name {i}": torch.arange(5) * i for i in range(6)},
+                        title="t", height=400)
+    assert fig.layout.legend.orientation != "h"
+    out = pe.viz.live_layout(go.Figure(fig), width=360)
+    legend = out.layout.legend
+    assert (legend.orientation, legend.yref, legend.y, legend.yanchor) == ("h", "container", 0, "bottom")
+    rows = pe.viz._legend_rows([t.name for t in fig.data], 360 - 16)
+    assert rows >= 3 and out.layout.height == 400 + rows * 20 + 8 and out.layout.margin.b >= 50 + rows * 20 + 8
+    assert out.layout.margin.r <= 20
+    assert pe.viz.live_layout(out) is out and out.layout.height == 400 + rows * 20 + 8   # once only
+    single = go.Figure(go.Scatter(y=[1, 2, 3], name="only"))
+    assert pe.viz.live_layout(single).layout.legend.orientation is None   # plotly shows no legend: nothing to move
+    bundle = pio.renderers["posenc"].to_mimebundle(fig.to_dict())
+    json_layout = bundle.get("application/vnd.plotly.v1+json", {}).get("layout", {})
+    if json_layout:                                                                   # a notebook front end's copy
+        assert json_layout["legend"]["orientation"] == "h"

@@ -5,9 +5,9 @@
   and stacks them behind a plotly slider: it works on the static website, in
   JupyterLab, VS Code and Colab alike, with no kernel.
 * :func:`interactive` gives live ipywidgets sliders in a running kernel (any
-  number of parameters, figures recomputed on every move) and falls back to
-  :func:`slider_figure` where no kernel will answer (the website build sets
-  ``POSENC_STATIC=1``).
+  number of parameters; the first one's figures drawn together, with shared
+  axes, as on the website) and falls back to :func:`slider_figure` where no
+  kernel will answer (the website build sets ``POSENC_STATIC=1``).
 
 Importing this module registers a plotly renderer, ``"posenc"``, that emits
 each figure both as plotly's own JSON (for JupyterLab and VS Code) and as a
@@ -15,8 +15,10 @@ small HTML ``<div>`` that uses the page's ``Plotly`` object (for the website,
 which loads plotly.js once per page from a local copy, deferred: the figure is
 drawn when plotly.js arrives). The HTML also fits every figure to its
 container: on a narrow screen (a phone) the legend goes below the plot, titles
-wrap, sliders take the full width and the mode bar is hidden. On Colab,
-plotly's ``colab`` renderer is kept.
+wrap, sliders take the full width and the mode bar is hidden. Notebook front
+ends draw the JSON as it is, so there the legend goes under the plot
+(:func:`live_layout`); on Colab the figure goes through plotly's ``colab``
+renderer, laid out the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import os
 import sys
 import uuid
 from importlib import resources
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import plotly.graph_objects as go
@@ -44,6 +46,7 @@ __all__ = [
     "slider_figure",
     "readable_log_axes",
     "interactive",
+    "live_layout",
     "is_static",
     "use_book_renderer",
 ]
@@ -227,7 +230,13 @@ def readable_log_axes(fig: go.Figure) -> go.Figure:
 
 
 def _format_value(value: Any) -> str:
+    """A slider label, as the figures' titles write numbers with ``:g``: 0.25, 10000 (for 10000.0), 1e+06.
+
+    An integer keeps all its digits unless ``:g`` writes it exactly (1048576 stays, 1000000 is 1e+06).
+    """
     if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 6 and float(f"{value:g}") == value:
         return f"{value:g}"
     return str(value)
 
@@ -292,6 +301,37 @@ def _data_range(fig: go.Figure, name: str, log: bool) -> Optional[list]:
     return [low - margin, high + margin] if pad else [low, high]
 
 
+def _pin_ranges(figures: List[go.Figure], states: List[Dict[str, Any]]) -> List[str]:
+    """Give every axis that shows the same quantity (title and type) in several figures the range of all their data.
+
+    ``states`` (the figures' :func:`_step_layout`) are updated in place; returns the
+    layout keys set (``"xaxis.range"``, ``"xaxis.autorange"``, ...).
+    """
+    axes = sorted({k[: -len(".range")] for state in states for k in state if k.endswith(".range")})
+    pinned: List[str] = []  # the range keys every step sets
+    for axis in axes:
+        if any(fig.layout[axis].autorange is not None for fig in figures):
+            continue  # e.g. a heatmap's reversed y axis
+        groups: Dict[Any, list] = {}
+        for index, state in enumerate(states):
+            key = (state.get(f"{axis}.title.text"), state.get(f"{axis}.type"))
+            groups.setdefault(key, []).append(index)
+        for members in groups.values():
+            log = states[members[0]].get(f"{axis}.type") == "log"
+            ranges = [_data_range(figures[i], axis, log) for i in members if states[i][f"{axis}.range"] is None]
+            if None in ranges or not ranges:
+                continue  # a heatmap, categories or nothing to fit: plotly fits each step
+            shared = [min(r[0] for r in ranges), max(r[1] for r in ranges)]
+            for i in members:
+                if states[i][f"{axis}.range"] is None:
+                    states[i][f"{axis}.range"] = shared
+        if any(state[f"{axis}.range"] is not None for state in states):
+            for state in states:
+                state[f"{axis}.autorange"] = state[f"{axis}.range"] is None
+            pinned += [f"{axis}.range", f"{axis}.autorange"]
+    return pinned
+
+
 def slider_figure(
     make_figure: Callable[[Any], go.Figure],
     values: Sequence[Any],
@@ -337,28 +377,7 @@ def slider_figure(
     if wrong:
         raise ValueError(f"make_figure must return a plotly Figure for every value, got {wrong[0]}")
     states = [_step_layout(fig) for fig in figures]
-    axes = sorted({k[: -len(".range")] for state in states for k in state if k.endswith(".range")})
-    pinned = []  # the range keys every step sets
-    for axis in axes:
-        if not fixed_ranges or any(fig.layout[axis].autorange is not None for fig in figures):
-            continue  # e.g. a heatmap's reversed y axis
-        groups: Dict[Any, list] = {}
-        for index, state in enumerate(states):
-            key = (state.get(f"{axis}.title.text"), state.get(f"{axis}.type"))
-            groups.setdefault(key, []).append(index)
-        for members in groups.values():
-            log = states[members[0]].get(f"{axis}.type") == "log"
-            ranges = [_data_range(figures[i], axis, log) for i in members if states[i][f"{axis}.range"] is None]
-            if None in ranges or not ranges:
-                continue  # a heatmap, categories or nothing to fit: plotly fits each step
-            shared = [min(r[0] for r in ranges), max(r[1] for r in ranges)]
-            for i in members:
-                if states[i][f"{axis}.range"] is None:
-                    states[i][f"{axis}.range"] = shared
-        if any(state[f"{axis}.range"] is not None for state in states):
-            for state in states:
-                state[f"{axis}.autorange"] = state[f"{axis}.range"] is None
-            pinned += [f"{axis}.range", f"{axis}.autorange"]
+    pinned = _pin_ranges(figures, states) if fixed_ranges else []
     # Each step carries what differs between the steps, and the ranges fixed above.
     every = list(dict.fromkeys(k for state in states for k in state))
     keys = [k for k in every if k in pinned
@@ -410,10 +429,13 @@ def interactive(
         **params: ``name=[values ...]`` for each slider, in order.
 
     Returns:
-        In a live kernel, an ipywidgets box of sliders over the figure. On the
-        static site (``$POSENC_STATIC``) or without ipywidgets, a
-        :func:`slider_figure` over the *first* parameter, the others fixed at
-        their initial values.
+        In a live kernel, an ipywidgets box of sliders over the figure: as on
+        the website, the figures for every value of the *first* parameter are
+        drawn together (for the others' current values) and share their axis
+        ranges, so moving that slider compares like with like and costs no
+        recomputation. On the static site (``$POSENC_STATIC``) or without
+        ipywidgets, a :func:`slider_figure` over the first parameter, the
+        others fixed at their initial values.
     """
     if not params:
         raise ValueError("interactive needs at least one parameter, e.g. base=[100, 1000, 10000]")
@@ -441,18 +463,37 @@ def interactive(
 
     from IPython.display import display
 
+    def labelled(v: List[Any]) -> list:  # readouts as the titles write the values (1e+06, not 1000000)
+        labels = [_format_value(x) for x in v]
+        return list(zip(labels, v)) if len(set(labels)) == len(labels) else v
+
     sliders = {
-        name: widgets.SelectionSlider(options=v, value=start[name], description=name,
-                                      continuous_update=False,
-                                      layout=widgets.Layout(width="420px"))
+        name: widgets.SelectionSlider(options=labelled(v), value=start[name], description=name,
+                                      continuous_update=False, style={"description_width": "initial"},
+                                      layout=widgets.Layout(width="100%", max_width="420px"))
         for name, v in values.items()
     }
     out = widgets.Output()
+    first = next(iter(values))
+    drawn: Dict[Any, List[go.Figure]] = {}  # the figures over the first parameter, for the others' current values
+
+    def figure_now() -> go.Figure:
+        others = {n: s.value for n, s in sliders.items() if n != first}
+        key = json.dumps(others, sort_keys=True, default=repr)
+        if key not in drawn:  # as on the website: every value of the first parameter, axes fixed over all of them
+            figures = [make_figure(**{first: v}, **others) for v in values[first]]
+            states = [_step_layout(fig) for fig in figures]
+            pinned = _pin_ranges(figures, states)
+            for fig, state in zip(figures, states):
+                fig.update_layout({k.replace(".", "_"): state[k] for k in pinned})
+            drawn.clear()
+            drawn[key] = figures
+        return drawn[key][values[first].index(sliders[first].value)]
 
     def redraw(_change=None):
         with out:
             out.clear_output(wait=True)
-            display(make_figure(**{n: s.value for n, s in sliders.items()}))
+            display(figure_now())
 
     for slider in sliders.values():
         slider.observe(redraw, names="value")
@@ -496,6 +537,41 @@ def _figure_html(fig: go.Figure) -> str:
             f'<script type="text/javascript">{script}\nposencPlot("{div}", {payload}, {json.dumps(_CONFIG)});</script>')
 
 
+def _legend_rows(names: List[str], room: float) -> int:
+    """Rows a horizontal legend of ``names`` takes in ``room`` px (12 px text; as the website's figure.js counts)."""
+    rows, used = 1, 0.0
+    for name in names:
+        width = 46 + 0.6 * 12 * len(name)
+        if used and used + width > room:
+            rows, used = rows + 1, 0.0
+        used += width
+    return rows if names else 0
+
+
+def live_layout(fig: go.Figure, width: int = 360) -> go.Figure:
+    """``fig`` laid out for a notebook whose width is unknown (JupyterLab, Colab, a phone): changed in place.
+
+    The website fits each figure to its width in the browser; a notebook front
+    end draws plotly's layout as it is, where a legend on the right leaves a
+    phone 100-150 px of plot. Here the legend goes under the plot, in as many
+    rows as a ``width``-px screen needs, and the right margin shrinks.
+    """
+    layout = fig.layout
+    names = [t.name for t in fig.data if t.name and t.showlegend is not False and t.visible is not False]
+    shown = layout.showlegend is not False and names and (len(fig.data) > 1 or layout.showlegend
+                                                          or any(t.showlegend for t in fig.data))
+    if not shown or (layout.legend.orientation == "h" and layout.legend.yref == "container"):
+        return fig
+    lh = _legend_rows(names, width - 16) * 20 + 8
+    bottom = 50 if layout.margin.b is None else layout.margin.b
+    slider = 80 if layout.sliders else 0  # a slider sits between the plot and the legend
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom", yref="container",
+                                  font=dict(size=12), bgcolor="rgba(255,255,255,0)"),
+                      margin=dict(b=bottom + lh + slider, r=min(20 if layout.margin.r is None else layout.margin.r, 20)),
+                      height=(layout.height or 450) + lh + slider)
+    return fig
+
+
 class _BookRenderer(MimetypeRenderer):
     """plotly JSON for notebook front ends plus an HTML div for the website.
 
@@ -506,17 +582,18 @@ class _BookRenderer(MimetypeRenderer):
 
     def to_mimebundle(self, fig_dict):
         fig = readable_log_axes(go.Figure(fig_dict))
-        bundle = {} if is_static() else pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
+        if "google.colab" in sys.modules:  # Colab draws its own renderer's HTML (plotly.js from its CDN)
+            return pio.renderers["colab"].to_mimebundle(live_layout(fig).to_dict())
+        bundle = {} if is_static() else pio.renderers["plotly_mimetype"].to_mimebundle(live_layout(go.Figure(fig)).to_dict())
         bundle["text/html"] = _figure_html(fig)
         return bundle
 
 
 def use_book_renderer() -> None:
-    """Make ``"posenc"`` plotly's default renderer (kept as ``colab`` on Colab)."""
+    """Make ``"posenc"`` plotly's default renderer (on Colab it wraps Colab's own, with :func:`live_layout`)."""
     if "posenc" not in pio.renderers:
         pio.renderers["posenc"] = _BookRenderer()
-    if "google.colab" not in sys.modules:
-        pio.renderers.default = "posenc"
+    pio.renderers.default = "posenc"
 
 
 use_book_renderer()
