@@ -554,7 +554,7 @@ def live_layout(fig: go.Figure, width: int = 360) -> go.Figure:
     The website fits each figure to its width in the browser; a notebook front
     end draws plotly's layout as it is, where a legend on the right leaves a
     phone 100-150 px of plot. Here the legend goes under the plot, in as many
-    rows as a ``width``-px screen needs, and the right margin shrinks.
+    rows as a ``width``-px screen needs, and the side margins shrink.
     """
     layout = fig.layout
     names = [t.name for t in fig.data if t.name and t.showlegend is not False and t.visible is not False]
@@ -567,7 +567,8 @@ def live_layout(fig: go.Figure, width: int = 360) -> go.Figure:
     slider = 80 if layout.sliders else 0  # a slider sits between the plot and the legend
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom", yref="container",
                                   font=dict(size=12), bgcolor="rgba(255,255,255,0)"),
-                      margin=dict(b=bottom + lh + slider, r=min(20 if layout.margin.r is None else layout.margin.r, 20)),
+                      margin=dict(b=bottom + lh + slider, r=min(20 if layout.margin.r is None else layout.margin.r, 20),
+                                  l=min(60 if layout.margin.l is None else layout.margin.l, 60)),
                       height=(layout.height or 450) + lh + slider)
     return fig
 
