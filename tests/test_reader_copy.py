@@ -341,9 +341,15 @@ def test_the_site_writes_the_copy_and_offers_it(tmp_path, monkeypatch):
         mystnb_config=types.SimpleNamespace(output_folder=str(tmp_path / "_build" / "jupyter_execute")))
     app = types.SimpleNamespace(env=env, outdir=str(out), srcdir=str(src), config=types.SimpleNamespace())
     buttons = [{"label": "download-source-button"}, {"label": "download-pdf-button"}]
-    context = {"header_buttons": [{"label": "download-buttons", "buttons": buttons}],
+    colab = {"type": "link", "text": "Colab", "url": f"{ext.COLAB_URL}/github/me/book/blob/main/chapters/p.ipynb"}
+    binder = {"type": "link", "text": "Binder", "url": "https://mybinder.org/v2/gh/me/book/main?urlpath=tree/chapters/p.ipynb"}
+    context = {"header_buttons": [{"label": "download-buttons", "buttons": buttons},
+                                  {"label": "launch-buttons", "buttons": [binder, colab]}],
                "pathto": lambda name, resource: f"../{name}"}
     ext._reader_download(app, "chapters/p", "page.html", context, None)
+    # Colab opens the reader copy, which the publishing workflow pushes to its branch; other launchers keep theirs
+    assert colab["url"] == f"{ext.COLAB_URL}/github/me/book/blob/{ext.READER_BRANCH}/chapters/p.ipynb"
+    assert binder["url"].endswith("main?urlpath=tree/chapters/p.ipynb")
     assert [b["label"] for b in buttons] == ["download-source-button", "download-reader-notebook-button",
                                              "download-pdf-button"]
     assert buttons[1]["url"] == "../_notebooks/chapters/p.ipynb"

@@ -129,6 +129,19 @@ def test_ci_builds_tests_and_deploys_main_to_pages():
     assert ci["jobs"]["book"]["permissions"] == {"contents": "read"}
 
 
+def test_ci_publishes_the_reader_notebooks_where_the_colab_buttons_open_them():
+    ci = _workflow("ci.yml")
+    ext = _load("posenc_book_for_workflow_test", ROOT / "book" / "_ext" / "posenc_book.py")
+    upload = next(s for _, s in _steps(ci) if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["path"].rstrip("/") == "_build/html/_notebooks"       # where the site writes them
+    job = ci["jobs"]["reader-notebooks"]
+    assert job["needs"] == "book" and "refs/heads/main" in job["if"]
+    assert job["permissions"] == {"contents": "write"}                            # this job only
+    push = "\n".join(step.get("run", "") for step in job["steps"])
+    assert f"HEAD:{ext.READER_BRANCH}" in push and "--force" in push
+    assert "${{" not in push                                                       # no expression in the script
+
+
 def test_weekly_checks_newest_oldest_and_colab_and_reports_failures():
     weekly = _workflow("weekly.yml")
     assert weekly["on"]["schedule"][0]["cron"]

@@ -110,6 +110,10 @@ def _set_paths(app, config) -> None:
 
 
 COLAB_URL = "https://colab.research.google.com"
+#: The branch the publishing workflow (.github/workflows/ci.yml) fills with the reader copies
+#: (``_build/html/_notebooks``): Colab opens notebooks from GitHub, so its button opens them there.
+READER_BRANCH = "reader-notebooks"
+_COLAB_GITHUB = re.compile(r"^(?P<repo>https://[^/]+/github/[^/]+/[^/]+)/blob/[^/]+/.+\.ipynb$")
 
 
 @functools.lru_cache(maxsize=None)
@@ -306,6 +310,22 @@ def _reader_download(app, pagename, templatename, context, doctree) -> None:
                            "citations, equation numbers and this page's numbers written out",
                 "label": "download-reader-notebook-button",
             })
+    _colab_opens_reader_copy(context.get("header_buttons") or [], name)
+
+
+def _colab_opens_reader_copy(groups, name: str) -> None:
+    """Point the Colab launch button at the reader copy ``name`` (``_notebooks/<page>.ipynb``) on READER_BRANCH.
+
+    The theme's button opens the page's source notebook, whose MyST Colab does not
+    render (solutions open, raw roles); the reader copy is written for it.
+    """
+    for group in groups:
+        for button in group.get("buttons") or []:
+            match = _COLAB_GITHUB.match(str(button.get("url") or ""))
+            if match and button.get("text") == "Colab":
+                path = name.split("/", 1)[1] if name.startswith("_notebooks/") else name
+                button["url"] = f"{match['repo']}/blob/{READER_BRANCH}/{path}"
+                button["tooltip"] = "Open in Colab (the notebook written for it: solutions folded)"
 
 
 def _write_redirect(app, exception) -> None:
