@@ -30,6 +30,13 @@ Usage::
 
     python benchmarks/attention.py                         # n = 512 ... 8192 (... 32768 on a GPU)
     python benchmarks/attention.py --lengths 1024 4096 --no-memory
+    python benchmarks/attention.py --kernel-sets default avx2  # one CSV per CPU kernel set
+
+Each row records the machine (CPU model, threads) and the CPU kernel set. The
+rows ``ALiBi [fold]``, ``ALiBi [chunked]``, ``Sandwich [chunked]`` and
+``Sandwich [bias]`` force one path of :func:`posenc.relative_attention`; the
+report compares the scheme's own row (path ``"auto"``, timed per shape class by
+:mod:`posenc.autotune` unless ``POSENC_AUTOTUNE=0``) with the best of them.
 
 Writes ``benchmarks/results/attention.csv`` (``--out``). The book's appendix
 "What position costs" draws the measurements that ship with the library,
@@ -62,7 +69,11 @@ import posenc as pe
 
 RESULTS = Path(__file__).resolve().parent / "results" / "attention.csv"
 SCHEMES = ("causal SDPA", "naive", "RoPE", "xPos", "ALiBi", "ALiBi, stored bias",
-           "KERPLE log", "KERPLE power", "Sandwich", "T5 bias", "window 512")
+           "KERPLE log", "KERPLE power", "Sandwich", "T5 bias", "window 512",
+           "ALiBi [fold]", "ALiBi [chunked]", "Sandwich [chunked]", "Sandwich [bias]")
+#: ``"<scheme> [path]"``: the scheme through one explicit path of :func:`posenc.relative_attention`,
+#: to check that "auto" (the scheme's own row) is never much slower than the best of them.
+PATH_ROWS = {s: s.split(" [")[0] for s in SCHEMES if s.endswith("]")}
 HEADS, HEAD_DIM, BATCH = 8, 64, 1
 
 
@@ -81,8 +92,22 @@ def machine() -> str:
     return f"{name}, {torch.get_num_threads()} threads"
 
 
+def kernel_set() -> str:
+    """The CPU kernels ATen dispatches to (``default``, ``avx2``, ``avx512``, ...): timings depend on them."""
+    try:
+        return torch.backends.cpu.get_cpu_capability().lower()
+    except AttributeError:  # torch < 2.1
+        return os.environ.get("ATEN_CPU_CAPABILITY", "unknown")
+
+
 def make_case(scheme: str, n: int, device: torch.device, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
     """``fn(q, k, v) -> out`` for one scheme at length ``n``; tables are built (and cached) here, once."""
+    if scheme in PATH_ROWS:
+        base, path = PATH_ROWS[scheme], scheme.split("[")[1].rstrip("]")
+        table = (pe.sandwich_bias(HEADS, 1, n, dim=HEAD_DIM, device=device)[:, 0].flip(-1).to(dtype)
+                 if base == "Sandwich" else None)
+        slopes = pe.alibi_slopes(HEADS).to(device) if base == "ALiBi" else None
+        return lambda q, k, v: pe.relative_attention(q, k, v, slopes=slopes, distance_bias=table, path=path)
     if scheme == "causal SDPA":
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if scheme == "naive":
@@ -201,6 +226,9 @@ def main() -> None:
                         help="skip the naive reference above this length (default 4096 CPU, 16384 CUDA)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--kernel-sets", nargs="+", default=None, metavar="SET",
+                        help="run once per CPU kernel set (ATEN_CPU_CAPABILITY: default, avx2, avx512), "
+                             "each in a fresh process, writing attention-<set>.csv beside --out")
     parser.add_argument("--_memory-case", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.repeats < 1 or args.rounds < 1:
@@ -210,13 +238,33 @@ def main() -> None:
         _memory_case(scheme, int(n), bool(int(backward)))
         return
 
+    if args.kernel_sets:
+        forwarded, skip = [], False
+        for arg in sys.argv[1:]:  # everything but --kernel-sets and its values, and --out
+            if skip and arg.startswith("--"):
+                skip = False
+            if arg in ("--kernel-sets", "--out") or arg.startswith(("--kernel-sets=", "--out=")):
+                skip = arg in ("--kernel-sets", "--out")
+                continue
+            if not skip:
+                forwarded.append(arg)
+        for name in args.kernel_sets:
+            out = args.out.with_name(f"{args.out.stem}-{name}{args.out.suffix}")
+            print(f"\n=== ATEN_CPU_CAPABILITY={name} -> {out}", flush=True)
+            done = subprocess.run([sys.executable, __file__, *forwarded, "--out", str(out)],
+                                  env={**os.environ, "ATEN_CPU_CAPABILITY": name})
+            if done.returncode != 0:
+                sys.exit(done.returncode)
+        return
+
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     lengths = args.lengths or ([512, 1024, 2048, 4096, 8192] + ([16384, 32768] if device.type == "cuda" else []))
     naive_max = args.naive_max or (16384 if device.type == "cuda" else 4096)
     schemes = ["causal SDPA"] + [s for s in args.schemes if s != "causal SDPA"]
-    where = machine()
-    print(f"{where}; torch {torch.__version__}; {dtype}; batch {BATCH}, {HEADS} heads, head_dim {HEAD_DIM}")
+    where, kernels = machine(), kernel_set() if device.type == "cpu" else "cuda"
+    print(f"{where}; CPU kernel set {kernels}; torch {torch.__version__}; {dtype}; batch {BATCH}, {HEADS} heads, "
+          f"head_dim {HEAD_DIM}; attention paths {'timed per shape' if pe.autotune_enabled() else 'by fixed rule'}")
 
     try:
         from tqdm.auto import tqdm
@@ -258,7 +306,7 @@ def main() -> None:
                     mib = (peak_memory_cuda(make_case(s, n, device, dtype), n, device, dtype, backward)
                            if device.type == "cuda" else peak_memory_cpu(s, n, backward))
                     row[key] = None if mib is None else round(mib, 1)
-            row.update(device=device.type, machine=where, dtype=str(dtype).replace("torch.", ""),
+            row.update(device=device.type, machine=where, kernel_set=kernels, dtype=str(dtype).replace("torch.", ""),
                        torch=torch.__version__, batch=BATCH, heads=HEADS, head_dim=HEAD_DIM, rounds=args.rounds)
             rows.append(row)
     if bar:
@@ -285,14 +333,32 @@ def main() -> None:
     if args.rounds > 1:
         print(f"\nspread of a ratio over {args.rounds} rounds (max - min): median {statistics.median(spread):.3f}, "
               f"largest {max(spread):.3f}")
-    goals = {"ALiBi": 1.15, "RoPE": 1.15, "xPos": 1.15, "KERPLE log": 1.5, "KERPLE power": 1.5, "Sandwich": 1.5}
+    print()
+    for base in dict.fromkeys(PATH_ROWS.values()):  # "auto" against the best explicit path of this run
+        for n in lengths:
+            auto = next((r for r in rows if r["scheme"] == base and r["n"] == n), None)
+            paths = [r for r in rows if PATH_ROWS.get(r["scheme"]) == base and r["n"] == n]
+            for name in ("forward", "forward_backward"):
+                if auto and paths:
+                    best = min(paths, key=lambda r: r[f"{name}_ms"])
+                    slower = auto[f"{name}_ms"] / best[f"{name}_ms"] - 1
+                    print(f"{base} auto at n={n}, {name}: {100 * slower:+.0f}% against the best path "
+                          f"({best['scheme']}){'' if slower <= 0.05 else '  <-- more than 5% slower'}")
+    for key, path in pe.autotune_decisions().items():
+        print(f"auto chose {path!r} for head_dim {key[4]}, lengths up to {key[5]}, "
+              f"{'ALiBi' if key[7] else ''}{' + ' if key[7] and key[8] else ''}{'a table' if key[8] else ''}"
+              f"{', a window' if key[9] else ''}, {'with' if key[10] else 'no'} gradient")
+    goals = {"ALiBi": 1.2, "RoPE": 1.1, "xPos": 1.1, "KERPLE log": 1.2, "KERPLE power": 1.2, "Sandwich": 1.2,
+             "T5 bias": 1.2}
     probe = 4096 if 4096 in lengths else max(lengths)
     print()
     for s, goal in goals.items():
         for r in rows:
             if r["scheme"] == s and r["n"] == probe:
-                ok = "within" if r["forward_ratio"] <= goal else "NOT within"
-                print(f"{s} at n={probe}: forward {r['forward_ratio']:.2f}x causal SDPA ({ok} {goal}x)")
+                for name in ("forward", "forward_backward"):
+                    ok = "within" if r[f"{name}_ratio"] <= goal else "NOT within"
+                    print(f"{s} at n={probe}: {name} {r[f'{name}_ratio']:.2f}x causal SDPA "
+                          f"({r[f'{name}_ratio_min']:.2f}-{r[f'{name}_ratio_max']:.2f}; {ok} {goal}x)")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(key for r in rows for key in r))

@@ -93,6 +93,14 @@ from .masks import (
     causal_mask,
     sliding_window_mask,
 )
+from .autotune import (
+    AUTOTUNE_ENV,
+    autotune_decisions,
+    autotune_enabled,
+    choose_fastest,
+    clear_autotune_decisions,
+    length_bucket,
+)
 from .attention import (
     attention,
     combine_bias_and_mask,
@@ -259,6 +267,12 @@ __all__ = [
     "relative_attention",
     "ATTENTION_PATHS",
     "attention_entropy",
+    "AUTOTUNE_ENV",
+    "autotune_decisions",
+    "autotune_enabled",
+    "choose_fastest",
+    "clear_autotune_decisions",
+    "length_bucket",
     "log_length_scale",
     "sink_attention",
     "attention_on_first_tokens",

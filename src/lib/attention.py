@@ -34,6 +34,8 @@ import torch.nn.functional as F
 
 from ._validate import check_float_dtype as _float_dtype, check_int, check_number
 from ._validate import make_module_callable
+from .autotune import choose_fastest, length_bucket
+from .entropy import attention_entropy, log_length_scale  # here too: they were first defined in this module
 from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _layout_hint, causal_mask
 
 __all__ = ["attention", "combine_bias_and_mask", "relative_attention", "ATTENTION_PATHS", "attention_entropy",
@@ -206,6 +208,8 @@ _CHUNK = 256
 # chunked view from there on; ALiBi's fold only pays for its 65th channel (the fused kernel runs
 # ~10% slower at an odd width) on long sequences with wide heads.
 _STORE_MAX = 128
+# The stored bias is timed against the others up to this many numbers (batch * heads * q_len * k_len).
+_STORE_TIMED = 1 << 26
 _FOLD_MIN_LEN = 4096
 _FOLD_MIN_DIM = 64
 
@@ -421,6 +425,42 @@ def _path_flex(q, k, v, scale, slopes, distance_bias, window):
     return kernel(q, k, v, score_mod=score_mod, block_mask=_FLEX[key], scale=scale)
 
 
+def _timed_path(q, k, v, scale, slopes, distance_bias, window) -> str:
+    """"auto": the fastest exact path for this shape class, timed on its first call (posenc.autotune).
+
+    Timed where the choice depends on the machine: on a CPU beyond ``_STORE_MAX``
+    queries, between the chunked view, the stored bias (while it is at most
+    ``_STORE_TIMED`` numbers) and ALiBi's fold. ``_pick_path`` is the fixed rule
+    (``POSENC_AUTOTUNE=0``). Timing runs on copies, so no gradient reaches the inputs.
+    """
+    rule = _pick_path(q, k, slopes, distance_bias, window)
+    q_len, k_len = q.shape[2], k.shape[2]
+    if rule == "flex" or q_len <= _STORE_MAX:
+        return rule
+    inputs = [q, k, v, slopes, distance_bias]
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+    paths = {"chunked": lambda q, k, v, s, b: _path_chunked(q, k, v, scale, s, b, window)}
+    if q.shape[0] * q.shape[1] * q_len * k_len <= _STORE_TIMED:
+        paths["bias"] = lambda q, k, v, s, b: _path_bias(q, k, v, scale, s, b, window)
+    if rule == "fold" or (slopes is not None and distance_bias is None and window is None and q_len == k_len
+                          and q.dtype in (torch.float32, torch.float64)):
+        paths["fold"] = lambda q, k, v, s, b: _path_fold(q, k, v, scale, s)
+
+    def timed(path):
+        def run():
+            copies = [None if t is None else t.detach().requires_grad_(grad and t.requires_grad) for t in inputs]
+            with torch.set_grad_enabled(grad):
+                out = path(*copies)
+                if grad:
+                    out.sum().backward()
+        return run
+
+    key = ("relative_attention", q.device.type, q.device.index, q.dtype, q.shape[-1], length_bucket(q_len),
+           q_len == k_len, slopes is not None, distance_bias is not None, window is not None, grad)
+    return choose_fastest(key, {name: timed(path) for name, path in paths.items()}, fallback=rule if rule in paths
+                  else "chunked", device=q.device)
+
+
 def _pick_path(q, k, slopes, distance_bias, window) -> str:
     q_len, k_len = q.shape[2], k.shape[2]
     if q.device.type == "cuda" and _flex_available(q.device) and not _FLEX.get("broken"):
@@ -482,7 +522,10 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
     * ``"naive"``: explicit scores and softmax (also returns the weights).
 
     ``"auto"`` picks ``"flex"`` on CUDA when available, else ``"bias"`` for up
-    to 128 queries, ``"fold"`` when it applies to 4096 queries or more with
+    to 128 queries; beyond, it times the exact paths that apply on the first
+    call of each shape class and keeps the fastest (:mod:`posenc.autotune`;
+    ``POSENC_AUTOTUNE=0`` turns timing off). The fixed rule it falls back on:
+    ``"fold"`` when it applies to 4096 queries or more with
     ``head_dim >= 64``, and ``"chunked"`` otherwise (the fastest on a CPU in
     the timings behind these thresholds, forward and backward).
 
@@ -534,7 +577,7 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
             and path in ("auto", "fold"):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     if path == "auto":
-        path = _pick_path(q, k, slopes, distance_bias, window)
+        path = _timed_path(q, k, v, scale, slopes, distance_bias, window)
     if path == "fold":
         return _path_fold(q, k, v, scale, slopes)
     if path == "chunked":
@@ -554,76 +597,6 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
     if path == "bias":
         return _path_bias(q, k, v, scale, slopes, distance_bias, window)
     return _path_naive(q, k, v, scale, slopes, distance_bias, window)[0]
-
-
-def attention_entropy(weights: torch.Tensor, dim: int = -1, *, keepdim: bool = False) -> torch.Tensor:
-    """Shannon entropy, in nats, of attention distributions.
-
-    .. math::
-        H(p) = -\\sum_j p_j \\log p_j, \\qquad 0 \\log 0 = 0,
-
-    so masked keys (weight exactly 0) contribute nothing. ``H`` lies between 0
-    (all weight on one key) and ``log n`` (uniform over ``n`` keys). Used to
-    show that, at fixed logit statistics, attention spreads out (its entropy
-    grows like ``log n``) as the number of attended tokens ``n`` grows
-    (Su, "entropy invariance", 2021).
-
-    Args:
-        weights: probabilities summing to 1 along ``dim``, e.g. the
-            ``(batch, heads, q_len, k_len)`` weights of
-            :func:`attention` with ``return_weights=True``.
-        dim: the key dimension (default: last).
-        keepdim: keep ``dim`` with size 1.
-
-    Returns:
-        ``weights.shape`` without ``dim`` (e.g. ``(batch, heads, q_len)``), in
-        float32 or float64 (float64 if ``weights`` is float64).
-
-    Raises:
-        ValueError: if ``weights`` is not floating point, is empty along ``dim``,
-            has negative or non-finite entries, or does not sum to 1 along ``dim``.
-    """
-    if not isinstance(weights, torch.Tensor) or not weights.is_floating_point() or weights.device.type == "meta":
-        raise ValueError("weights must be a floating-point tensor of probabilities (with values: not on meta)")
-    if weights.ndim == 0 or check_int("dim", dim, -weights.ndim) >= weights.ndim:
-        raise ValueError(f"dim {dim} out of range for weights of shape {tuple(weights.shape)} (keys along dim)")
-    keepdim = _flag("keepdim", keepdim)
-    if weights.shape[dim] == 0:
-        raise ValueError(f"weights has no keys along dim {dim}: shape {tuple(weights.shape)}")
-    work = weights.to(torch.float64 if weights.dtype == torch.float64 else torch.float32)
-    if not torch.isfinite(work).all():
-        raise ValueError("weights contain NaN or infinity (a fully masked row?)")
-    if (work < 0).any():
-        raise ValueError("weights must be non-negative probabilities")
-    tol = 1e-2 if weights.dtype in (torch.float16, torch.bfloat16) else 1e-3
-    total = work.sum(dim=dim)
-    if not torch.allclose(total, torch.ones_like(total), rtol=0.0, atol=tol):
-        raise ValueError(f"weights must sum to 1 along dim {dim} (softmax probabilities; a query allowed no key has "
-                         f"weights 0); largest deviation {(total - 1).abs().max().item():.3g}")
-    return -torch.special.xlogy(work, work).sum(dim=dim, keepdim=keepdim)
-
-
-def log_length_scale(n: int, train_len: int, *, clamp: bool = True) -> float:
-    """The log-n logit scale ``log(n) / log(train_len)`` for length ``n``.
-
-    Multiplying the attention logits by this factor ("log-n scaling", Su,
-    "entropy invariance", 2021; Chiang & Cholak, 2022) keeps the entropy of
-    sharp attention roughly constant when a model trained on ``train_len``
-    tokens attends to ``n`` tokens. Pass it times ``1/sqrt(head_dim)`` as the
-    ``scale`` of :func:`attention`.
-
-    Args:
-        n: number of tokens attended at inference (``>= 1``).
-        train_len: training length ``L`` (``>= 2``, since ``log 1 = 0``).
-        clamp: return ``max(1, log n / log L)``, i.e. only sharpen beyond the
-            training length (default); ``False`` gives ``log_L(n)`` for all ``n``.
-
-    Returns:
-        the factor as a Python float (``1.0`` at ``n = train_len``).
-    """
-    n, train_len, clamp = check_int("n", n), check_int("train_len", train_len, low=2), _flag("clamp", clamp)
-    factor = math.log(n) / math.log(train_len)
-    return max(1.0, factor) if clamp else factor
 
 
 # ``import posenc.attention as m`` gives this module; ``pe.attention(...)`` calls the function
