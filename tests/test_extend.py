@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 import posenc as pe
 
@@ -280,3 +281,36 @@ def test_the_scheme_is_registered_and_found_where_it_was():
     assert posenc.rope.RoPE is pe.RoPE is posenc.extend.RoPE
     assert isinstance(pe.position_scheme("rope"), pe.RoPE) and "rope" in pe.POSITION_SCHEMES
     assert isinstance(pe.TinyLM(5, 16, 1, 2).position, pe.RoPE)
+
+
+# --- the smallest base for a context length (Men et al., 2024) -------------------------------------------------
+
+def _cos_sums(context_length, dim, base):
+    theta = torch.tensor(float(base), dtype=torch.float64) ** (-2 * torch.arange(dim // 2, dtype=torch.float64) / dim)
+    m = torch.arange(context_length + 1, dtype=torch.float64)
+    return torch.cos(m[:, None] * theta).sum(1)                     # B(m), m = 0 .. context_length
+
+
+@pytest.mark.parametrize("context_length, published", [(1024, 4.3e3), (8192, 8.4e4), (32768, 6.3e5)])
+def test_rope_min_base_matches_the_published_lower_bounds(context_length, published):
+    base = pe.rope_min_base(context_length, 128)
+    assert abs(base / published - 1) < 0.02                          # Men et al.'s values for head_dim 128
+    assert _cos_sums(context_length, 128, base).min() >= 0            # the definition holds at the base ...
+    assert _cos_sums(context_length, 128, base * (1 - 2e-4)).min() < 0   # ... and fails just below it
+
+
+@settings(max_examples=15, deadline=None)
+@given(short=st.integers(1, 600), extra=st.integers(0, 600), dim=st.sampled_from([8, 16, 32, 64]))
+def test_rope_min_base_grows_with_the_context(short, extra, dim):
+    """A base that serves a context serves every shorter one, so the smallest base cannot shrink as it grows."""
+    a, b = pe.rope_min_base(short, dim), pe.rope_min_base(short + extra, dim)
+    assert a <= b * (1 + 1e-3)
+    assert _cos_sums(short + extra, dim, b).min() >= 0
+
+
+def test_rope_min_base_refuses_bad_input():
+    for kwargs, match in [(dict(context_length=0, dim=128), "context_length"), (dict(context_length=10, dim=7), "even"),
+                          (dict(context_length=10, dim=8, rel_tol=1.5), "rel_tol"),
+                          (dict(context_length=10.5, dim=8), "context_length")]:
+        with pytest.raises(ValueError, match=match):
+            pe.rope_min_base(**kwargs)

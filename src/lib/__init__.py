@@ -61,6 +61,7 @@ from .extend import (
     RopeScaling,
     rope_scaling,
     RoPE,
+    rope_min_base,
 )
 from .alibi import (
     alibi_slopes,
@@ -235,6 +236,7 @@ __all__ = [
     "streaming_attention",
     "rope_frequencies_llama3",
     "rope_frequencies_dynamic_ntk",
+    "rope_min_base",
     "ROPE_SCALING_METHODS",
     "RopeScaling",
     "rope_scaling",

@@ -63,6 +63,7 @@ from .scheme import PositionScheme, register_scheme
 __all__ = [
     "rope_frequencies_llama3",
     "rope_frequencies_dynamic_ntk",
+    "rope_min_base",
     "ROPE_SCALING_METHODS",
     "RopeScaling",
     "rope_scaling",
@@ -343,6 +344,64 @@ beta_fast=32.0, beta_slow=1.0, low_freq_factor=1.0, high_freq_factor=4.0, attent
         return RopeScaling(method, **dict(zip(names, args)))
     raise ValueError("rope scaling must be None, a posenc.RopeScaling, a method name, a tuple like ('yarn', 4), "
                      f"('rerope', w) or ('self_extend', G, w), or a dict; got {spec!r}")
+
+
+def _worst_cos_sum(context_length: int, theta: torch.Tensor, chunk: int = 4096) -> float:
+    """``min over m = 0..context_length`` of ``sum_i cos(m theta_i)``, stopping at the first negative chunk."""
+    worst = math.inf
+    for start in range(0, context_length + 1, chunk):
+        m = torch.arange(start, min(context_length + 1, start + chunk), dtype=torch.float64)
+        worst = min(worst, torch.cos(m[:, None] * theta).sum(1).min().item())
+        if worst < 0:
+            break
+    return worst
+
+
+def rope_min_base(context_length: int, dim: int, *, steps_per_decade: int = 200, rel_tol: float = 1e-4) -> float:
+    """The smallest RoPE base whose frequencies keep ``sum_i cos(m theta_i) >= 0`` for every ``m <= context_length``.
+
+    Men et al., 2024 ("Base of RoPE Bounds Context Length") argue that a
+    model can tell similar tokens from random ones at distance ``m`` only
+    while ``B(m) = sum_{i < dim/2} cos(m * base^(-2i/dim))`` stays
+    non-negative, which bounds the base from below for a context length; by
+    this definition, for ``dim = 128``: about 4.3e3 for 1K tokens, 8.4e4 for
+    8K, 6.3e5 for 32K. Raising the base for long context ("ABF", Xiong et al.,
+    2023: 10,000 to 500,000 for 32K) is the practice this bound explains.
+
+    ``B(m) >= 0`` is not monotone in the base (narrow windows of bases satisfy
+    it below others that do not), so the bases are scanned upwards,
+    ``steps_per_decade`` per factor of ten from 2, to the first that satisfies
+    it; bisection between it and the one before then finds the crossing to a
+    relative ``rel_tol``. A coarser scan may step over a narrow window.
+
+    Args:
+        context_length: the largest distance ``m`` (>= 1).
+        dim: the rotated head dimension (even, >= 2).
+
+    Returns:
+        the base, a Python float.
+    """
+    context_length = check_int("context_length", context_length, low=1)
+    dim = _check_rope_dim(dim)
+    steps_per_decade = check_int("steps_per_decade", steps_per_decade, low=1)
+    rel_tol = check_number("rel_tol", rel_tol, 0, what=" and < 1")
+    if rel_tol >= 1:
+        raise ValueError(f"rel_tol must be in (0, 1), got {rel_tol!r}")
+    exponents = -2 * torch.arange(dim // 2, dtype=torch.float64) / dim
+    holds = lambda base: _worst_cos_sum(context_length, torch.tensor(base, dtype=torch.float64) ** exponents) >= 0
+    below, k = 2.0, 0
+    if holds(below):
+        return below
+    while True:  # ends: for a large enough base every angle m * theta_i is small, every cosine near 1
+        k += 1
+        above = 2.0 * 10 ** (k / steps_per_decade)
+        if holds(above):
+            break
+        below = above
+    while above / below - 1 > rel_tol:
+        middle = math.sqrt(below * above)
+        below, above = (below, middle) if holds(middle) else (middle, above)
+    return above
 
 
 # ---------------------------------------------------------------------------
