@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from hypothesis import given, strategies as st
 
 import posenc as pe
 
@@ -104,3 +105,42 @@ def test_a_tiny_model_learns_the_task():
     acc = pe.passkey_accuracy(model, task, [32], samples=64)
     assert acc.mean() > 0.3, acc  # chance: 1 / 4^2
     assert model.training is False and result.final_loss < 1.0
+
+
+# --- effective length (RULER's notion) -----------------------------------------------------------------------
+
+def test_effective_length_is_the_longest_length_before_the_first_failure():
+    scores = {64: 1.0, 128: 0.97, 256: 0.6, 512: 0.9}
+    assert pe.effective_length(scores) == 128                              # 512 recovers, but 256 failed first
+    assert pe.effective_length(scores, threshold=0.5) == 512
+    assert pe.effective_length({128: 0.5, 64: 0.9}, threshold=0.85) == 64  # any order of keys
+    assert pe.effective_length({64: 0.2}) is None
+    assert pe.effective_length({64: torch.tensor(0.9), 128: 0.85}) == 128   # the threshold itself passes
+
+
+def test_effective_length_reads_evaluate_lengths_and_passkey_grids():
+    Result = type("Result", (), {})
+    results = {}
+    for n, acc in ((64, 0.99), (128, 0.7)):
+        results[n] = Result()
+        results[n].accuracy = acc
+    assert pe.effective_length(results, threshold=0.9) == 64
+    grid = torch.tensor([[1.0, 1.0], [1.0, 0.5], [0.2, 0.2]])              # (lengths, depths)
+    assert pe.effective_length(dict(zip([64, 128, 256], grid.mean(1))), threshold=0.75) == 128
+    assert pe.effective_length(dict(zip([64, 128, 256], grid.min(1).values)), threshold=0.75) == 64
+
+
+@given(st.dictionaries(st.integers(1, 10_000), st.floats(0, 1), min_size=1, max_size=12), st.floats(0.01, 1))
+def test_effective_length_agrees_with_its_definition(scores, threshold):
+    got = pe.effective_length(scores, threshold)
+    passing = [n for n in sorted(scores) if all(scores[m] >= threshold for m in scores if m <= n)]
+    assert got == (max(passing) if passing else None)
+
+
+def test_effective_length_refuses_bad_input():
+    for scores, threshold, match in [({}, 0.5, "non-empty dict"), ([0.5], 0.5, "non-empty dict"),
+                                     ({64: 1.2}, 0.5, r"\[0, 1\]"), ({64: float("nan")}, 0.5, "finite"),
+                                     ({0: 1.0}, 0.5, "every length"), ({64: 1.0}, 0, "threshold"),
+                                     ({64: 1.0}, 1.5, "threshold"), ({64: torch.ones(2)}, 0.5, "grid.mean")]:
+        with pytest.raises(ValueError, match=match):
+            pe.effective_length(scores, threshold)

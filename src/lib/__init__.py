@@ -171,6 +171,7 @@ from .data import (
 )
 from .passkey import (
     PasskeyRetrieval,
+    effective_length,
     passkey_accuracy,
 )
 from .train import (
@@ -323,6 +324,7 @@ __all__ = [
     "wikitext",
     "PasskeyRetrieval",
     "passkey_accuracy",
+    "effective_length",
     "TrainResult",
     "LengthResult",
     "TrainingPreset",

@@ -22,7 +22,8 @@ forcing this equals greedy decoding). The task needs a content look-up
 
 :class:`PasskeyRetrieval` follows the data-source protocol of
 :mod:`posenc.data` (``vocab_size``, ``batch``, ``config``), so ``pe.train``
-trains on it; :func:`passkey_accuracy` measures the heat map.
+trains on it; :func:`passkey_accuracy` measures the heat map, and
+:func:`effective_length` reads off the longest length a model still serves.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch
 from ._validate import check_int, check_number
 from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
 
-__all__ = ["PasskeyRetrieval", "passkey_accuracy"]
+__all__ = ["PasskeyRetrieval", "passkey_accuracy", "effective_length"]
 
 
 def _check_depth(depth: Any) -> Optional[float]:
@@ -175,3 +176,54 @@ def passkey_accuracy(
     if hasattr(model, "train"):
         model.train(was_training)
     return out
+
+
+def _score(length: int, value: Any) -> float:
+    value = getattr(value, "accuracy", value)  # a posenc.LengthResult counts by its accuracy
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"the score at length {length} must be one number, got a tensor of shape "
+                             f"{tuple(value.shape)} (average a passkey grid over its depths first: grid.mean(1))")
+        value = value.item()
+    return check_number(f"the score at length {length}", value)
+
+
+def effective_length(scores: Any, threshold: float = 0.85) -> Optional[int]:
+    """The longest evaluated length up to which the score never falls below ``threshold`` (RULER's notion).
+
+    Hsieh et al., 2024 ("RULER: What's the Real Context Size of Your
+    Long-Context Language Models?") call a model's *effective* context
+    length the longest length at which it still performs above a threshold
+    (theirs: Llama-2-7B's score at 4K, 85.6%), against the *claimed* length it
+    was trained or extended for. Here every evaluated length up to it must
+    pass too, so a dip followed by a lucky recovery does not count.
+
+    Args:
+        scores: ``{length: score}``; a score is a number in [0, 1] (an
+            accuracy), a one-element tensor, or anything with an ``accuracy``
+            attribute (a :class:`posenc.LengthResult`), e.g. the dict
+            :func:`posenc.evaluate_lengths` returns. For a ``(lengths, depths)``
+            :func:`passkey_accuracy` grid pass ``dict(zip(lengths, grid.mean(1)))``
+            (or ``grid.min(1).values``: every depth must pass).
+        threshold: the score a length must reach, in (0, 1].
+
+    Returns:
+        the length, or ``None`` when the shortest one already fails.
+
+    >>> effective_length({64: 1.0, 128: 0.97, 256: 0.6, 512: 0.9})
+    128
+    """
+    threshold = check_number("threshold", threshold, 0, what=" and <= 1")
+    if threshold > 1:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+    if not isinstance(scores, dict) or not scores:
+        raise ValueError("scores must be a non-empty dict {length: score}, e.g. pe.evaluate_lengths(...)")
+    best = None
+    for length in sorted(check_int("every length", n, low=1) for n in scores):
+        value = _score(length, scores[length])
+        if not 0 <= value <= 1:
+            raise ValueError(f"the score at length {length} must be in [0, 1] (an accuracy), got {value!r}")
+        if value < threshold:
+            break
+        best = length
+    return best
