@@ -169,6 +169,7 @@ from .data import (
     tiny_shakespeare,
     wikitext,
 )
+from .ruler import MultiKeyRetrieval, MultiValueRetrieval, VariableTracking
 from .passkey import (
     PasskeyRetrieval,
     effective_length,
@@ -325,6 +326,9 @@ __all__ = [
     "PasskeyRetrieval",
     "passkey_accuracy",
     "effective_length",
+    "MultiKeyRetrieval",
+    "MultiValueRetrieval",
+    "VariableTracking",
     "TrainResult",
     "LengthResult",
     "TrainingPreset",

@@ -77,6 +77,7 @@ class PasskeyRetrieval:
         self.query_token = self.key_token + 1
         self.vocab_size = self.query_token + 1
         self.min_len = 2 * key_len + 2
+        self.answer_len = key_len
 
     @property
     def config(self) -> Dict[str, Any]:
@@ -137,7 +138,8 @@ def passkey_accuracy(
     Args:
         model: maps ``(batch, seq)`` token ids to ``(batch, seq, vocab)`` logits
             (a :class:`posenc.TinyLM`; its window, sinks and rope scaling apply).
-        data: the :class:`PasskeyRetrieval` task the model was trained on.
+        data: the task the model was trained on: a :class:`PasskeyRetrieval` or
+            one of :mod:`posenc.ruler`'s (every answer token must be right).
         lengths: context lengths (each ``>= data.min_len``).
         depths: key depths in ``[0, 1]``.
         samples: sequences per cell.
@@ -149,8 +151,9 @@ def passkey_accuracy(
         ``(len(lengths), len(depths))`` float64 tensor of accuracies in ``[0, 1]``
         (rows: lengths, columns: depths), ready for a heat map.
     """
-    if not isinstance(data, PasskeyRetrieval):
-        raise ValueError(f"data must be a posenc.PasskeyRetrieval, got {type(data).__name__}")
+    if not all(hasattr(data, a) for a in ("answer_len", "min_len", "batch")):
+        raise ValueError(f"data must be a posenc.PasskeyRetrieval or another retrieval task with answer_len, min_len "
+                         f"and batch(..., depth=) (posenc.MultiKeyRetrieval, ...), got {type(data).__name__}")
     lengths, depths = list(lengths), [_check_depth(d) for d in depths]
     if not lengths or not depths or any(d is None for d in depths):
         raise ValueError("lengths and depths must be non-empty sequences (depths of numbers in [0, 1])")
@@ -170,8 +173,8 @@ def passkey_accuracy(
             correct = 0
             for i in range(0, samples, batch_size):
                 xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
-                pred = model(xb)[:, -data.key_len:].argmax(-1)
-                correct += int((pred == yb[:, -data.key_len:]).all(-1).sum())
+                pred = model(xb)[:, -data.answer_len:].argmax(-1)
+                correct += int((pred == yb[:, -data.answer_len:]).all(-1).sum())
             out[a, b] = correct / samples
     if hasattr(model, "train"):
         model.train(was_training)
