@@ -274,11 +274,12 @@ def test_partial_that_leaves_no_even_pair_raises():
     assert pe.TinyLM(23, 32, 1, 2, position="rope", partial=0.3).position.rotary_dim == 4  # int(4.8)
 
 
-def test_the_scheme_is_registered_and_found_where_it_was():
-    import posenc.extend
+def test_the_scheme_lives_in_its_topic_module_and_the_rotation_is_found_there_too():
     import posenc.rope
+    import posenc.rotary
 
-    assert posenc.rope.RoPE is pe.RoPE is posenc.extend.RoPE
+    assert posenc.rope.RoPE is pe.RoPE and pe.RoPE.__module__ == "posenc.rope"
+    assert all(getattr(posenc.rope, name) is getattr(posenc.rotary, name) for name in posenc.rotary.__all__)
     assert isinstance(pe.position_scheme("rope"), pe.RoPE) and "rope" in pe.POSITION_SCHEMES
     assert isinstance(pe.TinyLM(5, 16, 1, 2).position, pe.RoPE)
 

@@ -295,7 +295,7 @@ def _turned(x, interleaved):
 def test_fused_rotation_equals_the_reference_form_with_gradients(interleaved):
     # posenc's rotation adds the sine terms in place; it must equal x cos + turn(x) sin, gradients of
     # x and of trainable tables included.
-    from posenc.rope import _rotate
+    from posenc.rotary import _rotate
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 7, 8, dtype=torch.float64, generator=g, requires_grad=True)
@@ -316,7 +316,7 @@ def test_fused_rotation_equals_the_reference_form_with_gradients(interleaved):
 def test_rotation_with_fixed_and_broadcast_tables(interleaved):
     # Values and gradient against the reference form and finite differences, also with tables broadcast
     # over a batch of position rows: (2, 1, seq, dim) against x (1, heads, seq, dim), gradient summed back.
-    from posenc.rope import _rotate
+    from posenc.rotary import _rotate
 
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 3, 5, 6, dtype=torch.float64, generator=g, requires_grad=True)

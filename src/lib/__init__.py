@@ -60,9 +60,9 @@ from .extend import (
     ROPE_SCALING_METHODS,
     RopeScaling,
     rope_scaling,
-    RoPE,
     rope_min_base,
 )
+from .rope import RoPE
 from .alibi import (
     alibi_slopes,
     alibi_bias,

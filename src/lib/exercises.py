@@ -44,7 +44,7 @@ from .linear import linear_attention
 from .masks import relative_positions, sliding_window_mask
 from .model import TinyLM
 from .extend import rope_frequencies_dynamic_ntk
-from .rope import (half_split_to_interleaved, rope_decay_bound, rope_frequencies, rope_frequencies_interpolated,
+from .rotary import (half_split_to_interleaved, rope_decay_bound, rope_frequencies, rope_frequencies_interpolated,
                    rope_frequencies_ntk, yarn_attention_factor)
 from .scheme import PositionScheme
 from .sinusoidal import sinusoidal_period_coverage, sinusoidal_wavelengths

@@ -1,4 +1,4 @@
-"""Stretching a trained RoPE model: scaling rules, ReRoPE, Self-Extend, and the RoPE scheme.
+"""Stretching a trained RoPE model: scaling rules, ReRoPE, Self-Extend, and the smallest base for a length.
 
 A RoPE model trained at length ``L`` meets, beyond ``L``, angles ``m theta_i``
 that its slow channel pairs never turned through. The rules below change
@@ -24,8 +24,8 @@ method             what changes                                           paper
 The frequency rules are pure functions next to :func:`posenc.rope_frequencies_interpolated`,
 :func:`posenc.rope_frequencies_ntk` and :func:`posenc.rope_frequencies_yarn`
 (YaRN's temperature: :func:`posenc.yarn_attention_factor`). A
-:class:`RopeScaling` object names a rule and its parameters; the :class:`RoPE`
-scheme (``TinyLM(position="rope")``) applies one at evaluation time:
+:class:`RopeScaling` object names a rule and its parameters; the
+:class:`posenc.rope.RoPE` scheme (``TinyLM(position="rope")``) applies one at evaluation time:
 ``model.rope_scaling = ("yarn", 4)``, ``None`` restores plain RoPE.
 
 ReRoPE and Self-Extend do not change frequencies: the relative position
@@ -45,10 +45,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from ._validate import check_bool, check_int, check_number
-from .rerope import rerope_attention, self_extend_attention, streaming_attention
-from .rope import (
-    RotaryEmbedding,
+from ._validate import check_int, check_number
+from .rotary import (
     _check_base,
     _check_rope_dim,
     _check_scale,
@@ -58,7 +56,6 @@ from .rope import (
     rope_frequencies_yarn,
     yarn_attention_factor,
 )
-from .scheme import PositionScheme, register_scheme
 
 __all__ = [
     "rope_frequencies_llama3",
@@ -67,7 +64,6 @@ __all__ = [
     "ROPE_SCALING_METHODS",
     "RopeScaling",
     "rope_scaling",
-    "RoPE",
 ]
 
 
@@ -402,159 +398,3 @@ def rope_min_base(context_length: int, dim: int, *, steps_per_decade: int = 200,
         middle = math.sqrt(below * above)
         below, above = (below, middle) if holds(middle) else (middle, above)
     return above
-
-
-# ---------------------------------------------------------------------------
-# The RoPE position scheme
-# ---------------------------------------------------------------------------
-
-
-@register_scheme("rope")
-class RoPE(PositionScheme):
-    """RoPE as a position scheme (Su et al., 2021): rotates queries and keys in every layer.
-
-    Args:
-        base: the base of the frequencies ``base^(-2i/d)``.
-        interleaved: pair channels ``(2i, 2i+1)`` instead of ``(i, i + d/2)``.
-        partial: the fraction of each head's channels that is rotated, in
-            ``(0, 1]`` (GPT-NeoX's ``rotary_pct``): the first
-            ``int(partial * head_dim)`` channels (an even number >= 2) carry
-            position, the rest none. Part of the architecture (the cache key).
-        original_max_position: the training length used by scaling rules that
-            need it; ``None``: the model's ``train_len``. Not part of the cache key.
-
-    Evaluation-time scaling: :attr:`scaling` (``model.rope_scaling``), a
-    :class:`RopeScaling` or ``None``. Frequency rules replace the rotation's
-    frequencies (and, for YaRN, multiply cos and sin by its temperature); ReRoPE
-    and Self-Extend replace the attention itself (:meth:`attend`).
-
-    Shapes: ``rotate(qk)``: ``(2, batch, heads, seq, head_dim)``, ``head_dim`` even.
-    """
-
-    name = "rope"
-
-    def __init__(self, base: float = 10000.0, *, interleaved: bool = False, partial: float = 1.0,
-                 original_max_position: Optional[int] = None) -> None:
-        super().__init__()
-        self.base, self.interleaved = _check_base(base), check_bool("interleaved", interleaved)
-        partial = check_number("partial (the rotated fraction of each head)", partial, 0, what=" and <= 1")
-        if partial > 1:
-            raise ValueError(f"partial (the rotated fraction of each head) must be in (0, 1], got {partial!r}")
-        if original_max_position is not None:
-            original_max_position = check_int("original_max_position", original_max_position, low=2)
-        self._partial, self._original = partial, original_max_position
-        self._rotary: Optional[RotaryEmbedding] = None
-        self._scaling: Optional[RopeScaling] = None
-        self._scaled: Dict[Any, RotaryEmbedding] = {}
-        self.rotary_dim: Optional[int] = None
-
-    @property
-    def partial(self) -> float:
-        """The rotated fraction of each head's channels."""
-        return self._partial
-
-    @property
-    def original_max_position(self) -> Optional[int]:
-        """The training length given at construction (``None``: the model's ``train_len``)."""
-        return self._original
-
-    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
-        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
-        self._require_even_head_dim()
-        rotary_dim = int(self.head_dim * self._partial)
-        if rotary_dim < 2 or rotary_dim % 2:
-            raise ValueError(f"partial={self._partial:g} rotates int({self._partial:g} * head_dim {self.head_dim}) = "
-                             f"{rotary_dim} channels; it must be an even number >= 2")
-        self.rotary_dim = rotary_dim
-        self._rotary = RotaryEmbedding(rotary_dim, self.base, interleaved=self.interleaved)
-
-    def config(self) -> Dict[str, Any]:
-        out = super().config()
-        out.pop("rotary_dim", None)  # follows from partial and the model's sizes
-        if self._partial != 1:
-            out["partial"] = self._partial
-        return out
-
-    @property
-    def scaling(self) -> Optional[RopeScaling]:
-        """The evaluation-time scaling (a :class:`RopeScaling`), or ``None`` for plain RoPE."""
-        return self._scaling
-
-    @scaling.setter
-    def scaling(self, value: Any) -> None:
-        self.set_scaling(value)
-
-    def set_scaling(self, value: Any, *, train_len: Optional[int] = None) -> None:
-        """Set :attr:`scaling` from anything :func:`rope_scaling` accepts.
-
-        A rule that needs the training length takes it from the value itself,
-        else from ``original_max_position``, else from ``train_len``; none of
-        them: ``ValueError``.
-        """
-        scaling = rope_scaling(value)
-        if scaling is not None and scaling.needs_original and scaling.original_max_position is None:
-            original = self._original if self._original is not None else train_len
-            if original is None:
-                raise ValueError(f"rope scaling {scaling.method!r} needs the training length: set model.train_len "
-                                 "(pe.train does), pass original_max_position to the scheme, or put it in the "
-                                 "scaling")
-            scaling = scaling.with_original(original)
-        self._scaling, self._scaled = scaling, {}
-
-    @property
-    def attends(self) -> bool:
-        """True when the scaling replaces the attention itself (ReRoPE, Self-Extend): see :meth:`attend`."""
-        return self._scaling is not None and self._scaling.two_pass
-
-    def _rotary_at(self, seq_len: int) -> RotaryEmbedding:
-        s = self._scaling
-        if s is None or s.two_pass or (s.depends_on_length and seq_len <= s._original()):
-            return self._rotary
-        key = seq_len if s.depends_on_length else None
-        if key not in self._scaled:
-            if len(self._scaled) >= 8:
-                self._scaled.clear()
-            self._scaled[key] = RotaryEmbedding(self.rotary_dim, self.base, interleaved=self.interleaved,
-                                                inv_freq=s.inv_freq(self.rotary_dim, self.base, seq_len),
-                                                attention_factor=s.attention_scale())
-        return self._scaled[key]
-
-    def rotate(self, qk: torch.Tensor) -> torch.Tensor:
-        self._require_bound(self._rotary)
-        rotary = self._rotary_at(qk.shape[-2])
-        if self.rotary_dim == qk.shape[-1]:
-            return rotary.rotate_stacked(qk)
-        rest = qk[..., self.rotary_dim:]
-        if rotary.attention_factor != 1:  # YaRN's temperature: every channel, so the logits get its square
-            rest = rest * rotary.attention_factor
-        return torch.cat((rotary.rotate_stacked(qk[..., :self.rotary_dim]), rest), dim=-1)
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: Optional[int] = None,
-               sinks: int = 0, return_weights: bool = False, cache_positions: bool = False):
-        """ReRoPE or Self-Extend attention of unrotated ``q``, ``k`` (``(batch, heads, seq, head_dim)``).
-
-        ``window`` / ``sinks``: the model's sliding window and attention sinks, applied as a mask.
-        ``cache_positions``: instead, StreamingLLM's sinks with positions in the rolling
-        cache (:func:`posenc.streaming_attention`), with this scheme's frequencies (and
-        scaling rule, if a frequency rule is set).
-        """
-        self._require_bound(self._rotary)
-        s = self._scaling
-        if cache_positions:
-            if s is not None and s.two_pass:
-                raise ValueError(f"sinks at cache positions re-index positions themselves; they do not combine "
-                                 f"with rope scaling {s.method!r}")
-            if window is None:
-                raise ValueError("sinks at cache positions need a window")
-            rotary = self._rotary_at(q.shape[-2])
-            t = rotary.attention_factor
-            return streaming_attention(q * t, k * t, v, window, sinks, base=self.base, interleaved=self.interleaved,
-                                       inv_freq=rotary.inv_freq, rotary_dim=self.rotary_dim,
-                                       return_weights=return_weights)
-        if s is None or not s.two_pass:
-            raise ValueError("attend() serves the two-pass scalings ('rerope', 'self_extend'); use rotate()")
-        kw = dict(base=self.base, interleaved=self.interleaved, rotary_dim=self.rotary_dim, mask_window=window,
-                  sinks=sinks, return_weights=return_weights)
-        if s.method == "rerope":
-            return rerope_attention(q, k, v, s.window, **kw)
-        return self_extend_attention(q, k, v, s.group, s.window, **kw)

@@ -55,7 +55,7 @@ from .linear import (
     rms_norm,
 )
 from .masks import _check_tensors, _flag
-from .rope import apply_rope
+from .rotary import apply_rope
 from .sinks import sink_attention
 
 __all__ = [

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from ._validate import check_int
 from .masks import _LAYOUT, _as_tensor, _check_tensors, _flag
-from .rope import apply_rope
+from .rotary import apply_rope
 
 __all__ = [
     "FEATURE_MAPS",

@@ -17,7 +17,7 @@ skips a hook that is not overridden. ``config()`` describes the scheme for the
 training cache (:func:`posenc.train`), and ``reset_parameters(generator)``
 draws its learned parameters, if it has any.
 
-Built-in schemes live in their topic modules (``posenc.extend.RoPE``,
+Built-in schemes live in their topic modules (``posenc.rope.RoPE``,
 ``posenc.alibi.ALiBi``, ...) and are registered under the names that
 ``TinyLM(position="alibi")`` accepts (:data:`POSITION_SCHEMES`,
 :func:`position_scheme`). A scheme of your own is a subclass passed as an
