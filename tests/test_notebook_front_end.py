@@ -27,6 +27,7 @@ CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chro
 LAB = Path(sys.executable).with_name("jupyter-lab")
 TOKEN = "posenc-test"
 PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1366, "height": 900}
 CELL = '''import torch
 import posenc as pe
 
@@ -96,8 +97,8 @@ def lab(tmp_path_factory):
         log.close()
 
 
-@pytest.fixture(scope="module")
-def phone_page(lab):
+@pytest.fixture(scope="module", params=[PHONE, DESKTOP], ids=["390x844", "1366x900"])
+def phone_page(lab, request):
     playwright = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         _missing(f"Chromium not found at {CHROMIUM} (Debian: apt-get install chromium)")
@@ -105,7 +106,7 @@ def phone_page(lab):
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--no-sandbox", "--disable-gpu", "--no-first-run",
                                           "--disable-background-networking", "--disable-component-update"])
-        page = browser.new_context(viewport=PHONE).new_page()
+        page = browser.new_context(viewport=request.param).new_page()
         errors, outside = [], []
         page.on("console", lambda m: m.type == "error" and errors.append(m.text))
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -127,7 +128,7 @@ def phone_page(lab):
         page.wait_for_selector(".widget-slider", timeout=90_000)
         page.wait_for_selector(".js-plotly-plot .legend", timeout=90_000)
         page.wait_for_timeout(500)
-        yield page, errors, outside
+        yield page, errors, outside, request.param["width"]
         browser.close()
 
 
@@ -135,24 +136,26 @@ _BOXES = """() => {
   const box = e => e && e.getBoundingClientRect().toJSON(), plot = document.querySelector('.js-plotly-plot');
   return {readout: box(document.querySelector('.widget-readout')),
           text: document.querySelector('.widget-readout').textContent.trim(),
-          plot: box(plot), area: box(plot.querySelector('.nsewdrag')), legend: box(plot.querySelector('g.legend')),
+          slider: box(document.querySelector('.widget-slider')), plot: box(plot), area: box(plot.querySelector('.nsewdrag')), legend: box(plot.querySelector('g.legend')),
           title: plot.querySelector('.gtitle').textContent, yrange: plot.layout.yaxis.range};
 }"""
 
 
-def test_a_live_slider_fits_a_phone_and_reads_as_the_title(phone_page):
-    page, errors, outside = phone_page
+def test_a_live_slider_fits_the_screen_and_reads_as_the_title(phone_page):
+    page, errors, outside, width = phone_page
     state = page.evaluate(_BOXES)
     assert state["text"] == "100" and state["title"] == "base = 100"
-    assert 0 <= state["readout"]["left"] and state["readout"]["right"] <= PHONE["width"]   # the readout is not cut off
+    assert 0 <= state["readout"]["left"] and state["readout"]["right"] <= width          # the readout is not cut off
+    slider = state["readout"]["right"] - state["slider"]["left"]
+    assert slider <= 425                                                                  # fills the width up to 420 px
     assert state["legend"]["top"] >= state["area"]["bottom"]                               # the legend under the plot
     assert state["area"]["width"] >= 0.6 * state["plot"]["width"]                          # the plot keeps the width
-    assert state["plot"]["right"] <= PHONE["width"]
+    assert state["plot"]["right"] <= width
     assert not errors and not outside
 
 
 def test_moving_the_live_slider_redraws_with_the_axes_kept(phone_page):
-    page, errors, outside = phone_page
+    page, errors, outside, _ = phone_page
     before = page.evaluate(_BOXES)
     page.locator(".widget-slider .noUi-handle, .widget-slider .ui-slider-handle").first.focus()
     page.keyboard.press("End")                                                               # the last value
