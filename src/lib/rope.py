@@ -16,41 +16,12 @@ import torch
 from ._validate import check_bool, check_int, check_number
 from .extend import RopeScaling, rope_scaling
 from .rerope import rerope_attention, self_extend_attention, streaming_attention
-from .rotary import (
-    RotaryEmbedding,
-    _check_base,
-    apply_rope,
-    half_split_to_interleaved,
-    interleaved_to_half_split,
-    rope_angles,
-    rope_cos_sin,
-    rope_decay_bound,
-    rope_frequencies,
-    rope_frequencies_interpolated,
-    rope_frequencies_ntk,
-    rope_frequencies_yarn,
-    rope_rotation_matrix,
-    yarn_attention_factor,
-)
+from . import rotary as _rotary
+from .rotary import *  # noqa: F401,F403  (the rotation, re-exported: posenc.rope.apply_rope)
+from .rotary import RotaryEmbedding, _check_base
 from .scheme import PositionScheme, register_scheme
 
-__all__ = [
-    "rope_frequencies",
-    "rope_angles",
-    "rope_cos_sin",
-    "apply_rope",
-    "rope_rotation_matrix",
-    "interleaved_to_half_split",
-    "half_split_to_interleaved",
-    "rope_frequencies_interpolated",
-    "rope_frequencies_ntk",
-    "rope_frequencies_yarn",
-    "yarn_attention_factor",
-    "rope_decay_bound",
-    "RotaryEmbedding",
-    "RoPE",
-]
-
+__all__ = [*_rotary.__all__, "RoPE"]
 
 
 @register_scheme("rope")
