@@ -42,7 +42,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
+# The notebooks run JOBS at a time first (book/execute.py, into the build's execution cache), then
+# the website is built from the cache; a notebook that fails stops the build with its error.
 book: venv
+	POSENC_SIZE=$(SIZE) POSENC_STATIC=1 $(BIN)/python book/execute.py --jobs $(JOBS)
 	POSENC_SIZE=$(SIZE) POSENC_STATIC=1 $(BIN)/jupyter-book build --all -W --keep-going .
 	@echo "The website is in $(SITE)/index.html"
 

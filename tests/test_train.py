@@ -373,3 +373,66 @@ def test_optimiser_is_fused_adamw_where_torch_has_it_and_the_plain_loop_elsewher
     monkeypatch.setattr(torch.optim, "AdamW", real)
     b = T.train(small_model(), CHAIN, **FAST, cache=False)           # ... and with the fused step: the same arithmetic
     assert a.losses == pytest.approx(b.losses, abs=1e-5)
+
+
+def test_processes_training_the_same_run_side_by_side_train_it_once(tmp_path):
+    """Two notebooks executed at once share the run cache: one process trains, the other waits and loads."""
+    import subprocess
+    import sys
+
+    code = ("import posenc as pe, sys; t = pe.LaggedCopy(6); m = pe.TinyLM(6, 16, 1, 2, 'rope'); "
+            "r = pe.train(m, t, steps=150, seq_len=32, batch_size=4, progress=False, device='cpu'); "
+            "print(r.from_cache, r.steps_run, r.key)")
+    env = dict(os.environ, POSENC_CACHE=str(tmp_path), OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-500:] for _, err in outs]
+    lines = sorted(out.split() for out, _ in outs)
+    assert [line[:2] for line in lines] == [["False", "150"], ["True", "0"], ["True", "0"]], lines
+    assert len({line[2] for line in lines}) == 1
+    # nothing but the entry is left: no lock file, no temporary
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [f"{lines[0][2]}.pt"]
+
+
+def test_run_lock_is_held_by_one_holder_at_a_time_and_removed(tmp_path):
+    import threading
+    import time
+
+    from posenc.runtime import _exclusive
+
+    lock = tmp_path / "sub" / "k.lock"
+    inside, overlaps = [], []
+
+    def work():
+        for _ in range(20):
+            with _exclusive(lock):
+                inside.append(1)
+                time.sleep(0.002)  # another holder would join here
+                if len(inside) > 1:
+                    overlaps.append(len(inside))
+                inside.pop()
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not overlaps and not lock.exists()
+    with pytest.raises(KeyError):  # the lock is released and its file removed when the block raises
+        with _exclusive(lock):
+            raise KeyError("x")
+    assert not lock.exists()
+    with _exclusive(lock):  # and taken again at once
+        assert lock.exists()
+
+
+def test_run_lock_in_a_read_only_folder_runs_unlocked(tmp_path):
+    from posenc.runtime import _exclusive
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    ran = []
+    with _exclusive(blocker / "k.lock"):  # its folder cannot be created
+        ran.append(1)
+    assert ran == [1]

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -19,7 +20,7 @@ import random
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import numpy as np
 import torch
@@ -85,6 +86,71 @@ def cache_dir(sub: str = "") -> Path:
     else:
         base = Path.home() / ".cache" / "posenc"
     return base / sub if sub else base
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Run the block holding an exclusive lock on the file ``path``: one process at a time.
+
+    Two notebooks executed side by side that train the same run then train it
+    once: the second waits for the first and loads what it saved. The lock file
+    is created for the block and removed at its end; the operating system drops
+    the lock when its holder ends, however it ends (a file left by a killed
+    holder is simply locked again). Where files cannot be locked (no ``fcntl``,
+    a read-only folder) the block runs unlocked: a run may then be trained
+    twice, and is written atomically either way.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        fcntl = None
+    fd = None
+    while fcntl is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.path.samestat(os.fstat(fd), os.stat(path)):
+                    break  # locked, and still the file at ``path``
+            except FileNotFoundError:
+                pass
+        except OSError:  # a read-only folder, a file system without locks
+            if fd is not None:
+                os.close(fd)
+            fd = None
+            break
+        os.close(fd)  # the holder before us removed it: lock the file at ``path`` now
+        fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            try:
+                os.unlink(path)  # before the release: whoever waits on this file tries again on a new one
+            except OSError:
+                pass
+            os.close(fd)  # closing the descriptor releases the lock
+
+
+def _stray_temporaries(path: Path) -> None:
+    """Remove the temporary files in ``path``'s folder left by writers that died (their process is gone)."""
+    for tmp in path.parent.glob("*.pt.tmp*"):
+        pid = tmp.name.split(".pt.tmp", 1)[1].split(".")[0]
+        alive = pid.isdigit() and int(pid) != os.getpid() and _process_alive(int(pid))
+        if not alive:
+            tmp.unlink(missing_ok=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, but not ours to signal
+        return True
+    return True
+
 
 
 # Where a reader's own measurements go: a folder benchmarks/measured/ in the working directory or above it.

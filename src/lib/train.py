@@ -21,6 +21,7 @@ and a cache that cannot be written costs a warning, never the trained model.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -39,7 +40,7 @@ import torch.nn.functional as F
 from .data import IGNORE_INDEX
 from .model import TinyLM
 from ._validate import check_int, check_number, make_module_callable
-from .runtime import cache_dir, pick_device, running_mode, seed_everything
+from .runtime import _exclusive, _stray_temporaries, cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
     "TrainResult",
@@ -266,25 +267,6 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     return _Bar(**options)
 
 
-def _stray_temporaries(path: Path) -> None:
-    """Remove the temporary files in ``path``'s folder left by writers that died (their process is gone)."""
-    for tmp in path.parent.glob("*.pt.tmp*"):
-        pid = tmp.name.split(".pt.tmp", 1)[1].split(".")[0]
-        alive = pid.isdigit() and int(pid) != os.getpid() and _process_alive(int(pid))
-        if not alive:
-            tmp.unlink(missing_ok=True)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, but not ours to signal
-        return True
-    return True
-
-
 def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.device) -> Optional[Dict[str, Any]]:
     """The cached run at ``path`` loaded into ``model``, or None (absent, or unusable: warned, to be retrained)."""
     try:
@@ -479,42 +461,45 @@ def train(
             cache = False
     model.to(device)
 
-    if cache:
-        saved = _load_run(path, config, model, device)
-        if saved is not None:
-            model.eval()
-            return TrainResult(model, saved["losses"], saved["grad_norms"], True, 0, saved["seconds"], key, config)
+    # one process at a time per run: a second one (a notebook executed beside this one) waits, then loads
+    with _exclusive(path.with_name(f"{key}.lock")) if cache else contextlib.nullcontext():
+        if cache:
+            saved = _load_run(path, config, model, device)
+            if saved is not None:
+                model.eval()
+                return TrainResult(model, saved["losses"], saved["grad_norms"], True, 0, saved["seconds"], key,
+                                   config)
 
-    seed_everything(seed)
-    if init_state is None:
-        model.reset_parameters(generator=torch.Generator().manual_seed(seed))
-    else:
-        model.load_state_dict(init_state)
-    model.to(device)
-    model.train()
-    batches = torch.Generator().manual_seed(seed + 1)
-    opt = _adamw(_param_groups(model, weight_decay), lr)
-    losses: List[float] = []
-    norms: List[torch.Tensor] = []
-    params = [p for p in model.parameters() if p.requires_grad]
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    if device.type == "cpu" and cpu_threads is not None:
-        torch.set_num_threads(cpu_threads)
-    try:
-        _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
-                  batches, device, progress)
-    finally:
-        torch.set_num_threads(threads)
-    seconds = time.perf_counter() - start
-    grad_norms = torch.stack(norms).tolist() if norms else []
-    model.eval()
+        seed_everything(seed)
+        if init_state is None:
+            model.reset_parameters(generator=torch.Generator().manual_seed(seed))
+        else:
+            model.load_state_dict(init_state)
+        model.to(device)
+        model.train()
+        batches = torch.Generator().manual_seed(seed + 1)
+        opt = _adamw(_param_groups(model, weight_decay), lr)
+        losses: List[float] = []
+        norms: List[torch.Tensor] = []
+        params = [p for p in model.parameters() if p.requires_grad]
+        start = time.perf_counter()
+        threads = torch.get_num_threads()
+        if device.type == "cpu" and cpu_threads is not None:
+            torch.set_num_threads(cpu_threads)
+        try:
+            _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
+                      batches, device, progress)
+        finally:
+            torch.set_num_threads(threads)
+        seconds = time.perf_counter() - start
+        grad_norms = torch.stack(norms).tolist() if norms else []
+        model.eval()
 
-    if cache:
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        _save_run(path, dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
-                             config=json.dumps(config, default=str, sort_keys=True)))
-    return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
+        if cache:
+            state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+            _save_run(path, dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
+                                 config=json.dumps(config, default=str, sort_keys=True)))
+        return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
 
 
 def evaluation_batches(data: Any, length: int, batches: int = 4, seed: int = 1234, *,

@@ -1,0 +1,129 @@
+"""Execute the book's notebooks side by side, into the cache that ``jupyter-book build`` reads.
+
+``jupyter-book build`` executes one notebook after the other, and a tiny
+model trains on one CPU thread: on a 2-core machine half of it waits. This
+script runs ``--jobs`` notebooks at once (each kernel with
+``OMP_NUM_THREADS`` = cores / jobs), each exactly as the build would (in its
+own folder, the build's timeout, no errors allowed), and stores every
+notebook that succeeds in the build's execution cache
+(``_build/.jupyter_cache``), where the build then finds it and executes
+nothing again. Two chapters that train the same run do not train it twice:
+:func:`posenc.train` locks each run of the run cache while it trains.
+
+A notebook whose cells raise is not stored; the script prints its error and
+exits with status 1 after the others have run. Notebooks already in the
+cache (their code unchanged) are skipped. The longest ones start first (the
+times of their last execution, when the cache has them; else the chapters
+that train models). Usage::
+
+    python book/execute.py                 # every notebook of the table of contents
+    python book/execute.py --jobs 1        # one at a time
+    python book/execute.py 07 08           # chapters whose file names start so
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "_build" / ".jupyter_cache"
+
+
+def book_notebooks(prefixes=()) -> list:
+    """The ``.ipynb`` files listed in ``_toc.yml``, in its order, filtered by file-name prefixes."""
+    files = re.findall(r"^\s*-?\s*(?:file|root):\s*(\S+)\s*$",
+                       (ROOT / "_toc.yml").read_text(encoding="utf-8"), flags=re.M)
+    found = [ROOT / f"{name}.ipynb" for name in files if (ROOT / f"{name}.ipynb").is_file()]
+    return [p for p in found if not prefixes or p.name.startswith(tuple(prefixes))]
+
+
+def execution_settings() -> dict:
+    """The build's ``timeout`` and ``allow_errors`` (``_config.yml``'s ``execute`` section)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8")) or {}
+    execute = config.get("execute") or {}
+    return dict(timeout=execute.get("timeout", 30), allow_errors=bool(execute.get("allow_errors", False)))
+
+
+def _trains(nb) -> bool:
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    return "pe.train(" in code or "pe.train_seeds(" in code
+
+
+def _execute(path: str, settings: dict, threads: int) -> tuple:
+    """Run one notebook (in a worker process); returns ``(path, notebook, seconds, error text or None)``."""
+    from jupyter_cache.executors.utils import single_nb_execution
+
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # inherited by the kernel
+    nb = nbformat.read(path, as_version=4)
+    result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=settings["timeout"],
+                                 allow_errors=settings["allow_errors"], meta_override=True)
+    return path, result.nb, result.time, result.exc_string if result.err is not None else None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("chapters", nargs="*", help="file-name prefixes, e.g. 07 08 (default: every notebook)")
+    parser.add_argument("--jobs", type=int, default=2, help="notebooks executed at once (default 2)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be a positive integer, got {args.jobs}")
+    notebooks = book_notebooks(args.chapters)
+    if not notebooks:
+        parser.error(f"no notebook of the table of contents matches {args.chapters}")
+
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cache = get_cache(str(CACHE))
+    last_time = {}
+    for record in cache.list_cache_records():
+        seconds = (record.data or {}).get("execution_seconds")
+        if record.uri and seconds is not None:
+            last_time[str(Path(record.uri).resolve())] = max(float(seconds), last_time.get(
+                str(Path(record.uri).resolve()), 0.0))
+    todo = []
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        try:
+            cache.match_cache_notebook(nb)
+        except KeyError:
+            todo.append((-last_time.get(str(path.resolve()), 1e6 if _trains(nb) else 0.0), path))
+    todo = [path for _, path in sorted(todo, key=lambda t: t[0])]
+    skipped = len(notebooks) - len(todo)
+    if not todo:
+        print(f"execute: all {len(notebooks)} notebooks are in the execution cache", flush=True)
+        return 0
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    print(f"execute: {len(todo)} notebooks, {args.jobs} at a time, {threads} thread(s) each"
+          + (f" ({skipped} already in the cache)" if skipped else ""), flush=True)
+    settings = execution_settings()
+    failed, start = [], time.perf_counter()
+    with ProcessPoolExecutor(max_workers=min(args.jobs, len(todo))) as pool:
+        futures = [pool.submit(_execute, str(path), settings, threads) for path in todo]
+        for future in as_completed(futures):
+            path, nb, seconds, error = future.result()
+            name = Path(path).relative_to(ROOT).as_posix()
+            if error is not None:
+                failed.append(name)
+                print(f"execute: {name} FAILED after {seconds:.0f} s\n{error}", flush=True)
+                continue
+            stage = cache.add_nb_to_project(path)
+            cache.cache_notebook_bundle(CacheBundleIn(nb, stage.uri, data={"execution_seconds": seconds}),
+                                        check_validity=False, overwrite=True)
+            print(f"execute: {name} in {seconds:.0f} s", flush=True)
+    print(f"execute: {len(todo) - len(failed)} of {len(todo)} notebooks executed and cached in "
+          f"{time.perf_counter() - start:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
