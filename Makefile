@@ -68,7 +68,7 @@ test-notebooks: venv
 
 # The chapters that train, again on the other CPU kernel set, POSENC_SEED=1 and an empty run cache.
 test-evidence: venv
-	POSENC_SIZE=$(SIZE) $(BIN)/python book/evidence_check.py $(CHAPTERS)
+	POSENC_SIZE=$(SIZE) $(BIN)/python book/evidence_check.py --jobs $(JOBS) $(CHAPTERS)
 
 test-site: venv
 	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/test_site.py -p no:cacheprovider

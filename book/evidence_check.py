@@ -12,12 +12,15 @@ under nbval with
 * ``POSENC_SEED=1`` (three seeds none of the default build used);
 * a new, empty run cache (``POSENC_CACHE`` in a temporary folder, removed after),
 
-one chapter after the other in the book's order, so that later chapters load
-the runs of earlier ones, as in the book's build. Usage::
+``--jobs`` chapters at a time (pytest-xdist, each kernel with
+``OMP_NUM_THREADS`` = cores / jobs); a run that two chapters train is trained
+once (:func:`posenc.train` locks it while it trains) and loaded by the other,
+as in the book's build. Usage::
 
     python book/evidence_check.py                # every training chapter
     python book/evidence_check.py 07 08          # chapters whose file names start so
     python book/evidence_check.py --seed 2 --kernels default
+    python book/evidence_check.py --jobs 1       # one chapter after the other
     make test-evidence
 
 The exit status is pytest's.
@@ -65,7 +68,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", default="1", help="POSENC_SEED for the run (default 1)")
     parser.add_argument("--kernels", default=None,
                         help="ATEN_CPU_CAPABILITY for the run (default: the other kernel set of this machine)")
+    parser.add_argument("--jobs", type=int, default=2, help="chapters executed at once (default 2)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be a positive integer, got {args.jobs}")
     if not args.seed.isdigit():
         parser.error(f"--seed must be a non-negative integer, got {args.seed!r}")
     chapters = training_chapters(args.chapters)
@@ -73,14 +79,17 @@ def main(argv=None) -> int:
         parser.error(f"no chapter that trains models matches {args.chapters}")
     kernels = args.kernels or other_kernels()
     with tempfile.TemporaryDirectory(prefix="posenc-evidence-") as cache:
+        jobs = min(args.jobs, len(chapters))
         env = dict(os.environ, ATEN_CPU_CAPABILITY=kernels, POSENC_SEED=args.seed, POSENC_CACHE=cache,
-                   POSENC_SIZE=os.environ.get("POSENC_SIZE", "small"))
+                   POSENC_SIZE=os.environ.get("POSENC_SIZE", "small"),
+                   OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // jobs)))
+        parallel = ["-n", str(jobs), "--dist", "loadfile"] if jobs > 1 else []
         names = " ".join(p.stem for p in chapters)
         print(f"evidence check: {names}\n  ATEN_CPU_CAPABILITY={kernels} POSENC_SEED={args.seed}, "
-              f"empty run cache, {env['POSENC_SIZE']} mode", flush=True)
+              f"empty run cache, {env['POSENC_SIZE']} mode, {jobs} at a time", flush=True)
         start = time.perf_counter()
         code = subprocess.call([sys.executable, "-m", "pytest", *map(str, chapters), "--nbval-lax",
-                                "-p", "no:cacheprovider", "-ra",
+                                "-p", "no:cacheprovider", "-ra", *parallel,
                                 "--durations=0"], cwd=ROOT, env=env)
         print(f"evidence check: {'passed' if code == 0 else 'FAILED'} in {time.perf_counter() - start:.0f} s "
               f"(ATEN_CPU_CAPABILITY={kernels}, POSENC_SEED={args.seed})", flush=True)

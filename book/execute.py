@@ -6,7 +6,8 @@ script runs ``--jobs`` notebooks at once (each kernel with
 ``OMP_NUM_THREADS`` = cores / jobs), each exactly as the build would (in its
 own folder, the build's timeout, no errors allowed), and stores every
 notebook that succeeds in the build's execution cache
-(``_build/.jupyter_cache``), where the build then finds it and executes
+(``_build/.jupyter_cache-<mode>...``, the folder the build's extension
+chooses for this environment), where the build then finds it and executes
 nothing again. Two chapters that train the same run do not train it twice:
 :func:`posenc.train` locks each run of the run cache while it trains.
 
@@ -14,7 +15,7 @@ A notebook whose cells raise is not stored; the script prints its error and
 exits with status 1 after the others have run. Notebooks already in the
 cache (their code unchanged) are skipped. The longest ones start first (the
 times of their last execution, when the cache has them; else the chapters
-that train models). Usage::
+that train models, later chapters first). Usage::
 
     python book/execute.py                 # every notebook of the table of contents
     python book/execute.py --jobs 1        # one at a time
@@ -35,7 +36,16 @@ import nbformat
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / "_build" / ".jupyter_cache"
+
+
+def build_cache() -> Path:
+    """The build's execution cache for this environment (one per mode, seed and CPU kernel set)."""
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        from posenc_book import execution_cache_name
+    finally:
+        sys.path.pop(0)
+    return ROOT / "_build" / execution_cache_name(".jupyter_cache")
 
 
 def book_notebooks(prefixes=()) -> list:
@@ -83,7 +93,7 @@ def main(argv=None) -> int:
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
 
-    cache = get_cache(str(CACHE))
+    cache = get_cache(str(build_cache()))
     last_time = {}
     for record in cache.list_cache_records():
         seconds = (record.data or {}).get("execution_seconds")
@@ -91,19 +101,20 @@ def main(argv=None) -> int:
             last_time[str(Path(record.uri).resolve())] = max(float(seconds), last_time.get(
                 str(Path(record.uri).resolve()), 0.0))
     todo = []
-    for path in notebooks:
+    for order, path in enumerate(notebooks):
         nb = nbformat.read(path, as_version=4)
         try:
             cache.match_cache_notebook(nb)
-        except KeyError:
-            todo.append((-last_time.get(str(path.resolve()), 1e6 if _trains(nb) else 0.0), path))
+        except KeyError:  # unknown times: the chapters that train first, the later (longer) ones first
+            guess = 1e6 + order if _trains(nb) else order
+            todo.append((-last_time.get(str(path.resolve()), guess), path))
     todo = [path for _, path in sorted(todo, key=lambda t: t[0])]
     skipped = len(notebooks) - len(todo)
     if not todo:
         print(f"execute: all {len(notebooks)} notebooks are in the execution cache", flush=True)
         return 0
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
-    print(f"execute: {len(todo)} notebooks, {args.jobs} at a time, {threads} thread(s) each"
+    print(f"execute: {len(todo)} notebook{'s' * (len(todo) != 1)}, {args.jobs} at a time, {threads} thread(s) each"
           + (f" ({skipped} already in the cache)" if skipped else ""), flush=True)
     settings = execution_settings()
     failed, start = [], time.perf_counter()

@@ -205,6 +205,8 @@ def test_evidence_check_finds_the_training_chapters_and_the_other_kernels():
         check.main(["99"])
     with pytest.raises(SystemExit):
         check.main(["--seed", "x"])
+    with pytest.raises(SystemExit):
+        check.main(["--jobs", "0"])
 
 
 def test_slider_axis_ranges_hold_the_error_bars():

@@ -108,12 +108,12 @@ def test_log_n_scaling_only_beyond_train_len():
         scaled = model(x)
     assert torch.allclose(plain[:, :T], scaled[:, :T], atol=1e-6)
     assert not torch.allclose(plain[:, T:], scaled[:, T:], atol=1e-4)
-    factors = model._log_n_scale(3 * T, torch.device("cpu")).flatten()
+    factors = model._log_n_scale(3 * T, torch.device("cpu"), None).flatten()
     n = torch.arange(1, 3 * T + 1, dtype=torch.float64)
     expected = (n.log() / torch.log(torch.tensor(float(T)))).clamp(min=1)  # log_L(n) for n > L
     assert torch.allclose(factors.double(), expected, atol=1e-6)
     model.window = T  # a window of L keys: every query sees at most L keys, factor 1
-    assert model._log_n_scale(3 * T, torch.device("cpu")) is None
+    assert model._log_n_scale(3 * T, torch.device("cpu"), model.window) is None
 
 
 def _reference_bias(model: TinyLM, n: int) -> torch.Tensor:

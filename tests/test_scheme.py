@@ -67,8 +67,9 @@ class Offset(pe.PositionScheme):
 
 def test_registry_lists_the_built_in_schemes_in_book_order():
     assert pe.POSITION_SCHEMES == ("none", "learned", "sinusoidal", "rope", "alibi", "kerple_power",
-                                   "kerple_log", "sandwich", "xpos", "t5")
-    kinds = {"learned": pe.LearnedPositions, "sinusoidal": pe.SinusoidalPositions, "rope": pe.RoPE,
+                                   "kerple_log", "sandwich", "xpos", "t5", "p_rope")
+    assert pe.position_scheme("kerple-log").name == "kerple_log"   # a hyphen for the underscore is accepted
+    kinds = {"p_rope": pe.PRoPE, "learned": pe.LearnedPositions, "sinusoidal": pe.SinusoidalPositions, "rope": pe.RoPE,
              "alibi": pe.ALiBi, "kerple_log": pe.Kerple, "sandwich": pe.Sandwich, "xpos": pe.XPosRotation,
              "t5": pe.T5Bias, "none": pe.NoPE}
     for name, cls in kinds.items():

@@ -34,6 +34,7 @@ from .sinusoidal import (
 )
 from .rope import (
     rope_frequencies,
+    p_rope_frequencies,
     rope_angles,
     rope_cos_sin,
     apply_rope,
@@ -62,7 +63,7 @@ from .extend import (
     rope_scaling,
     rope_min_base,
 )
-from .rope import RoPE
+from .rope import PRoPE, RoPE
 from .alibi import (
     alibi_slopes,
     alibi_bias,
@@ -219,6 +220,7 @@ __all__ = [
     "LearnedPositions",
     "SinusoidalPositions",
     "rope_frequencies",
+    "p_rope_frequencies",
     "rope_angles",
     "rope_cos_sin",
     "apply_rope",
@@ -243,6 +245,7 @@ __all__ = [
     "RopeScaling",
     "rope_scaling",
     "RoPE",
+    "PRoPE",
     "alibi_slopes",
     "alibi_bias",
     "ALiBi",

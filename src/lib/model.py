@@ -6,7 +6,7 @@ are *how it knows where a token is* and *how its layers attend*:
 
 * ``position``: a registered name (:data:`posenc.POSITION_SCHEMES`: ``"none"``,
   ``"learned"``, ``"sinusoidal"``, ``"rope"``, ``"alibi"``, ``"kerple_power"``,
-  ``"kerple_log"``, ``"sandwich"``, ``"xpos"``, ``"t5"``), with its options as
+  ``"kerple_log"``, ``"sandwich"``, ``"xpos"``, ``"t5"``, ``"p_rope"``), with its options as
   keyword arguments (``TinyLM(..., position="rope", base=500.0)``), or a
   :class:`posenc.PositionScheme` object, yours included. The model calls the
   scheme's hooks and names no scheme itself.
@@ -21,7 +21,8 @@ are *how it knows where a token is* and *how its layers attend*:
 Two evaluation-time switches change softmax attention without retraining:
 
 * ``model.window = w`` restricts every query to its ``w`` most recent keys
-  (a causal sliding window, :func:`posenc.sliding_window_mask`); with
+  (a causal sliding window, :func:`posenc.sliding_window_mask`; a list sets one
+  window per layer, ``None`` for a global layer); with
   ``w`` equal to the training length this is the "super baseline" of length
   extrapolation (Su, 2023);
 * ``model.log_n_scaling = True`` (with ``model.train_len = L``) multiplies
@@ -53,6 +54,7 @@ causal kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -66,7 +68,7 @@ from .extend import RopeScaling, rope_scaling
 from .decay import _decay_value
 from .layers import ATTENTION_KINDS, Positions, attention_layer
 from .linear import FEATURE_MAPS, feature_map
-from .scheme import PositionScheme, position_scheme
+from .scheme import LayerSchemes, PositionScheme, position_scheme
 
 __all__ = ["TinyLM"]
 
@@ -138,13 +140,18 @@ class TinyLM(nn.Module):
         n_layers: number of blocks.
         n_heads: attention heads per block.
         position: a name in :data:`posenc.POSITION_SCHEMES` or a
-            :class:`posenc.PositionScheme` object (one per model).
+            :class:`posenc.PositionScheme` object (one per model), or a list
+            with one per layer (:class:`posenc.LayerSchemes`: schemes that act
+            inside attention, ``"none"`` included; e.g. RoPE and NoPE layers
+            interleaved, ``["rope", "rope", "rope", "none"]`` as Llama 4).
         attention: a kind in :data:`posenc.ATTENTION_KINDS` for every layer,
             or a sequence of ``n_layers`` kinds.
         ffn: ``"mlp"`` (GELU) or ``"glu"`` (SiLU-gated) feed-forward blocks.
         window: causal sliding window ``w`` (each query sees its ``w`` most
             recent keys, itself included), or ``None`` for full causal
-            attention. An attribute you may change on a trained model.
+            attention, or a list with one per layer (local and global layers
+            interleaved, as Gemma 2 and 3: ``[w, None, w, None]``). An
+            attribute you may change on a trained model.
         log_n_scaling: multiply queries by ``max(1, log n_i / log train_len)``
             (``n_i`` = keys seen by query ``i``). Needs ``train_len``.
         train_len: the training length ``L`` used by log-n scaling
@@ -184,11 +191,11 @@ class TinyLM(nn.Module):
         d_model: int = 64,
         n_layers: int = 2,
         n_heads: int = 4,
-        position: Union[str, PositionScheme] = "rope",
+        position: Union[str, PositionScheme, Sequence[Union[str, PositionScheme]]] = "rope",
         *,
         attention: Union[str, Sequence[str]] = "softmax",
         ffn: str = "mlp",
-        window: Optional[int] = None,
+        window: Union[None, int, Sequence[Optional[int]]] = None,
         log_n_scaling: bool = False,
         train_len: Optional[int] = None,
         dropout: float = 0.0,
@@ -227,14 +234,26 @@ class TinyLM(nn.Module):
         decay = _decay_value(decay, n_heads)  # checked (and Python values) whatever the kinds
         gate_temperature = check_number("gate_temperature", gate_temperature, 0.0)
 
-        scheme = position_scheme(position, **position_options)
+        if isinstance(position, (list, tuple)):  # one scheme per layer; a name given twice is one object
+            if len(position) != n_layers:
+                raise ValueError(f"a list of position schemes needs one per layer: {n_layers} layers, got "
+                                 f"{len(position)} ({list(position)!r})")
+            named: Dict[str, PositionScheme] = {}
+            scheme = LayerSchemes([p if isinstance(p, PositionScheme) else named.setdefault(
+                p, position_scheme(p, **position_options)) if isinstance(p, str) else position_scheme(p)
+                for p in position])
+        else:
+            scheme = position_scheme(position, **position_options)
         scheme.bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
         if (scheme.d_model, scheme.n_heads, scheme.n_layers) != (d_model, n_heads, n_layers):
             raise ValueError(f"{type(scheme).__name__}.bind() must call super().bind(d_model=..., n_heads=..., "
                              "n_layers=...) so that the scheme knows the model's sizes")
-        if scheme.biases and any(kd != "softmax" for kd in kinds):
-            raise ValueError(f"position={scheme.name!r} adds a bias to the attention logits, which only softmax "
-                             f"layers have; attention={kinds} (linear kinds take rotations and absolute schemes)")
+        for i, kd in enumerate(kinds):
+            own = scheme.layer(i) if isinstance(scheme, LayerSchemes) else scheme
+            if own.biases and kd != "softmax":
+                raise ValueError(f"position={own.name!r} adds a bias to the attention logits, which only softmax "
+                                 f"layers have; attention={kinds} (linear kinds take rotations and absolute "
+                                 "schemes)")
 
         self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
         self.attention_kinds = kinds
@@ -294,16 +313,31 @@ class TinyLM(nn.Module):
             raise ValueError(f"{what} applies to softmax attention; this model has {self.attention_kinds}")
 
     @property
-    def window(self) -> Optional[int]:
-        """Causal sliding window (``None``: full causal attention)."""
+    def window(self) -> Union[None, int, tuple]:
+        """Causal sliding window (``None``: full causal attention), or a tuple with one per layer."""
         return self._window
 
     @window.setter
-    def window(self, value: Optional[int]) -> None:
-        if value is not None:
+    def window(self, value: Union[None, int, Sequence[Optional[int]]]) -> None:
+        if isinstance(value, (list, tuple)):  # local and global layers (Gemma 2 and 3)
+            if len(value) != self.n_layers:
+                raise ValueError(f"a list of windows needs one per layer (an int, or None for a global layer): "
+                                 f"{self.n_layers} layers, got {len(value)} ({list(value)!r})")
+            value = tuple(None if w is None else check_int(f"window[{i}]", w) for i, w in enumerate(value))
+            for i, w in enumerate(value):
+                if w is not None and self.attention_kinds[i] != "softmax":
+                    raise ValueError(f"a window applies to softmax attention; layer {i} is "
+                                     f"{self.attention_kinds[i]!r}")
+            value = None if all(w is None for w in value) else value
+        elif value is not None:
             value = check_int("window", value)
             self._softmax_only("a window")
         self._window = value
+
+    def _layer_windows(self) -> List[Optional[int]]:
+        """The window of every layer (``None``: global)."""
+        w = self.window
+        return list(w) if isinstance(w, tuple) else [w] * self.n_layers
 
     @property
     def sinks(self) -> int:
@@ -429,13 +463,13 @@ class TinyLM(nn.Module):
 
     # ---------------------------------------------------------------- position
 
-    def _log_n_scale(self, t: int, device: torch.device) -> Optional[torch.Tensor]:
-        """``(seq, 1)`` factors ``max(1, log n_i / log L)``, or None if all are 1."""
+    def _log_n_scale(self, t: int, device: torch.device, window: Optional[int]) -> Optional[torch.Tensor]:
+        """``(seq, 1)`` factors ``max(1, log n_i / log L)`` in a layer with ``window``, or None if all are 1."""
         if not self.log_n_scaling:
             return None
         seen = torch.arange(1, t + 1, dtype=torch.float64)  # keys seen by query i: i + 1
-        if self.window is not None:
-            seen = seen.clamp(max=self.window)
+        if window is not None:
+            seen = seen.clamp(max=window)
         scale = (seen.log() / math.log(self.train_len)).clamp(min=1.0)
         if bool((scale == 1).all()):
             return None
@@ -443,7 +477,26 @@ class TinyLM(nn.Module):
 
     def _positions(self, t: int, device: torch.device) -> List[Positions]:
         """What every attention layer needs to know about positions at length ``t``."""
-        scheme, h = self.position, self.n_heads
+        if isinstance(self.position, LayerSchemes):
+            per_scheme = {id(s): self._scheme_positions(s, t, device) for s in self.position.schemes}
+            out = [per_scheme[id(self.position.layer(i))][i] for i in range(self.n_layers)]
+        else:
+            out = self._scheme_positions(self.position, t, device)
+        scales: Dict[Optional[int], Optional[torch.Tensor]] = {}
+        for i, w in enumerate(self._layer_windows()):
+            window = w if w is not None and w < t else None
+            if window not in scales:
+                scales[window] = self._log_n_scale(t, device, window)
+            sinks = self.sinks if window is not None else 0
+            out[i] = dataclasses.replace(out[i], window=window, q_scale=scales[window], sinks=sinks)
+            if sinks and self.sink_positions == "cache":  # StreamingLLM's positions: a single RoPE scheme
+                out[i] = dataclasses.replace(out[i], attend=functools.partial(self.position.attend,
+                                                                              cache_positions=True))
+        return out
+
+    def _scheme_positions(self, scheme: PositionScheme, t: int, device: torch.device) -> List[Positions]:
+        """What every attention layer needs to know about ``scheme``'s positions at length ``t`` (no window)."""
+        h = self.n_heads
         slopes = scheme.slopes()
         table = None
         if slopes is not None:
@@ -462,16 +515,11 @@ class TinyLM(nn.Module):
                     (~(table.isnan() | (table == math.inf)) & table[..., :1].isfinite()).all()):
                 raise ValueError(f"{type(scheme).__name__}.distance_bias({t}) holds NaN or +inf (or a non-finite "
                                  "value at distance 0): a bias may be -inf to mask a distance, nothing else")
-        window = self.window if self.window is not None and self.window < t else None
-        sinks = self.sinks if window is not None else 0
         attend = scheme.attend if getattr(scheme, "attends", False) else None
-        if sinks and self.sink_positions == "cache":
-            attend = functools.partial(scheme.attend, cache_positions=True)
         rotate = None
         if scheme.rotates:
             rotate = scheme.rotate if _builtin(scheme) else functools.partial(_checked_rotate, scheme)
-        common = dict(rotate=rotate, slopes=slopes, window=window,
-                      q_scale=self._log_n_scale(t, device), sinks=sinks, attend=attend)
+        common = dict(rotate=rotate, slopes=slopes, attend=attend)
         if table is not None and table.ndim == 3:  # a table per layer
             return [Positions(table=table[i], **common) for i in range(self.n_layers)]
         return [Positions(table=table, **common)] * self.n_layers

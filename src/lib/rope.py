@@ -1,6 +1,7 @@
 """RoPE as a position scheme (Su et al., 2021, "RoFormer"): queries and keys rotated in every layer.
 
-``TinyLM(position="rope")`` builds :class:`RoPE`; its evaluation-time scaling
+``TinyLM(position="rope")`` builds :class:`RoPE`, ``TinyLM(position="p_rope", p=0.75)``
+:class:`PRoPE` (p-RoPE: the slowest frequencies left unrotated); RoPE's evaluation-time scaling
 rules (PI, NTK-aware, YaRN, Llama 3, dynamic NTK, ReRoPE, Self-Extend) are in
 :mod:`posenc.extend`. The rotation itself, functions and the
 :class:`RotaryEmbedding` module, is in :mod:`posenc.rotary`, and every name of
@@ -18,10 +19,10 @@ from .extend import RopeScaling, rope_scaling
 from .rerope import rerope_attention, self_extend_attention, streaming_attention
 from . import rotary as _rotary
 from .rotary import *  # noqa: F401,F403  (the rotation, re-exported: posenc.rope.apply_rope)
-from .rotary import RotaryEmbedding, _check_base
+from .rotary import RotaryEmbedding, _check_base, p_rope_frequencies
 from .scheme import PositionScheme, register_scheme
 
-__all__ = [*_rotary.__all__, "RoPE"]
+__all__ = [*_rotary.__all__, "RoPE", "PRoPE"]
 
 
 @register_scheme("rope")
@@ -173,3 +174,53 @@ class RoPE(PositionScheme):
         if s.method == "rerope":
             return rerope_attention(q, k, v, s.window, **kw)
         return self_extend_attention(q, k, v, s.group, s.window, **kw)
+
+
+@register_scheme("p_rope")
+class PRoPE(RoPE):
+    """p-RoPE (Barbero et al., 2025, "Round and Round We Go!"): RoPE that keeps its fastest frequencies only.
+
+    The first ``int(p * head_dim // 2)`` channel pairs rotate at RoPE's own
+    frequencies ``base^(-2i/d)``; the remaining pairs, the lowest frequencies,
+    are not rotated (:func:`p_rope_frequencies`). Barbero et al. find that a
+    trained Gemma uses the high frequencies for positional patterns and the
+    low ones as (position-fragile) semantic channels, and that removing the
+    lowest quarter (``p = 0.75``) keeps or improves perplexity. ``p = 1`` is
+    :class:`RoPE`, ``p = 0`` is no position at all (NoPE). ``TinyLM(position="p_rope", p=0.25)``
+    (``"p-rope"`` is accepted too).
+
+    Not to be confused with ``RoPE(partial=...)`` (GPT-NeoX's ``rotary_pct``),
+    which rotates the first channels with a smaller RoPE's frequencies
+    ``base^(-2i/(p d))``: the whole spectrum in fewer channels.
+
+    Evaluation-time scaling rules (``model.rope_scaling``) are RoPE's and are
+    not defined for p-RoPE here: setting one raises ``ValueError``.
+
+    Args:
+        p: the kept fraction of the frequencies, in ``[0, 1]``.
+        base, interleaved: as :class:`RoPE`.
+    """
+
+    name = "p_rope"
+
+    def __init__(self, p: float = 0.75, base: float = 10000.0, *, interleaved: bool = False) -> None:
+        super().__init__(base, interleaved=interleaved)
+        p_rope_frequencies(2, self.base, p)  # checks p
+        self.p = float(p)
+        self.rotated_pairs: Optional[int] = None
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        self.rotated_pairs = int(self.p * self.head_dim // 2)
+        self._rotary = RotaryEmbedding(self.head_dim, self.base, interleaved=self.interleaved,
+                                       inv_freq=p_rope_frequencies(self.head_dim, self.base, self.p))
+
+    def config(self) -> Dict[str, Any]:
+        out = super().config()
+        out.pop("rotated_pairs", None)  # follows from p and the model's sizes
+        return out
+
+    def set_scaling(self, value: Any, *, train_len: Optional[int] = None) -> None:
+        if rope_scaling(value) is not None:
+            raise ValueError("rope scaling rules are defined for full RoPE; p-RoPE (position='p_rope') takes none")
+        super().set_scaling(None)

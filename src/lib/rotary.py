@@ -51,6 +51,7 @@ from .sinusoidal import _align_positions, _float_tensor, _real_tensor, _tensor
 
 __all__ = [
     "rope_frequencies",
+    "p_rope_frequencies",
     "rope_angles",
     "rope_cos_sin",
     "apply_rope",
@@ -87,6 +88,35 @@ def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
     base = _check_base(base)
     exponent = torch.arange(0, dim, 2, dtype=torch.float64) / dim
     return torch.as_tensor(base, dtype=torch.float64) ** -exponent
+
+
+def p_rope_frequencies(dim: int, base: float = 10000.0, p: float = 0.75) -> torch.Tensor:
+    """p-RoPE's speeds (Barbero et al., 2025): RoPE's ``base ** (-2i / dim)`` for the fastest pairs, 0 for the rest.
+
+    The first ``int(p * dim // 2)`` pairs (the highest frequencies) keep
+    :func:`rope_frequencies`; the others, the lowest frequencies, get speed 0:
+    their channels are not rotated (angle 0 at every position) and carry no
+    position. ``p = 1`` is RoPE, ``p = 0`` no rotation at all (NoPE).
+
+    This is not GPT-NeoX's partial rotary (``RoPE(partial=...)``), which
+    rotates the first channels at the frequencies of a smaller RoPE,
+    ``base ** (-2i / (p * dim))``, from 1 down to about ``1 / base``: p-RoPE
+    removes the slow end of the spectrum, partial rotary squeezes the whole
+    spectrum into fewer channels.
+
+    Returns:
+        ``(dim // 2,)`` float64 ``inv_freq``, usable as ``apply_rope(x, inv_freq=...)``.
+
+    >>> p_rope_frequencies(8, base=100.0, p=0.5).tolist()
+    [1.0, 0.31622776601683794, 0.0, 0.0]
+    """
+    freqs = rope_frequencies(dim, base)
+    p = check_number("p (the kept fraction of RoPE's frequencies)", p, what=" in [0, 1]")
+    if not 0 <= p <= 1:
+        raise ValueError(f"p (the kept fraction of RoPE's frequencies) must be in [0, 1], got {p!r}")
+    kept = int(p * dim // 2)
+    freqs[kept:] = 0.0
+    return freqs
 
 
 def _angle_device(device: torch.device) -> torch.device:

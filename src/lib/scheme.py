@@ -50,14 +50,14 @@ from torch import nn
 
 from ._validate import check_int
 
-__all__ = ["PositionScheme", "NoPE", "POSITION_SCHEMES", "register_scheme", "position_scheme"]
+__all__ = ["PositionScheme", "NoPE", "LayerSchemes", "POSITION_SCHEMES", "register_scheme", "position_scheme"]
 
 # name -> factory(**options) -> PositionScheme; filled by the topic modules on import
 _REGISTRY: Dict[str, Callable[..., "PositionScheme"]] = {}
 
 # the order in which the book meets the built-in schemes (registration order depends on imports)
 _BOOK_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "kerple_power", "kerple_log", "sandwich",
-               "xpos", "t5")
+               "xpos", "t5", "p_rope")
 
 #: The names accepted by ``TinyLM(position=...)``, in the book's order (the
 #: topic modules register them when ``posenc`` is imported).
@@ -102,6 +102,8 @@ def position_scheme(position: Any, **options: Any) -> "PositionScheme":
             raise ValueError(f"options {sorted(options)} are for a scheme given by name; "
                              f"{type(position).__name__} is already built")
         return position
+    if isinstance(position, str) and position not in _REGISTRY and position.replace("-", "_") in _REGISTRY:
+        position = position.replace("-", "_")  # "p-rope", "kerple-log": the registered spelling
     if not isinstance(position, str) or position not in _REGISTRY:
         raise ValueError(f"position must be one of {POSITION_SCHEMES} or a posenc.PositionScheme object, "
                          f"got {position!r}")
@@ -436,3 +438,102 @@ class NoPE(PositionScheme):
     """No position information (NoPE): the causal mask still leaks some (Haviv et al., 2022)."""
 
     name = "none"
+
+
+class LayerSchemes(PositionScheme):
+    """One position scheme per layer: ``TinyLM(position=["rope", "none", "rope", "none"])``.
+
+    Interleaving rotated and unrotated layers is what Llama 4 does (iRoPE:
+    every fourth layer without position) and what Yang et al. (2025, "RoPE to
+    NoPE and back again") study; a list may mix any schemes that act inside
+    attention: rotations, distance biases and ``"none"``. A scheme that adds to
+    the embeddings (``"learned"``, ``"sinusoidal"``) acts once, on the model's
+    input, and cannot be given per layer.
+
+    Entries given by the same name are one scheme object (built with the
+    model's position options); a scheme object of yours is used where it
+    appears. The model builds this object itself from the list; its
+    :meth:`config` lists every layer's scheme (the cache key), and the RoPE
+    scaling rules (``model.rope_scaling``) apply to every layer that rotates
+    with RoPE.
+
+    Args:
+        schemes: one scheme object per layer.
+    """
+
+    name = "layers"
+
+    def __init__(self, schemes: Any) -> None:
+        super().__init__()
+        unique, index = [], []
+        for scheme in schemes:
+            if not isinstance(scheme, PositionScheme) or isinstance(scheme, LayerSchemes):
+                raise ValueError(f"LayerSchemes takes one PositionScheme object per layer, got "
+                                 f"{type(scheme).__name__}")
+            if scheme.embeds:
+                raise ValueError(f"position={scheme.name!r} adds to the embeddings, once for the model: a list of "
+                                 "schemes per layer takes schemes that act inside attention (rotations, biases, "
+                                 "'none')")
+            found = next((k for k, u in enumerate(unique) if u is scheme), None)
+            if found is None:
+                unique.append(scheme)
+                found = len(unique) - 1
+            index.append(found)
+        if not unique:
+            raise ValueError("LayerSchemes needs one scheme per layer, got none")
+        self.schemes = nn.ModuleList(unique)
+        self._index = tuple(index)
+
+    def layer(self, i: int) -> PositionScheme:
+        """The scheme of layer ``i``."""
+        return self.schemes[self._index[i]]
+
+    def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
+        if len(self._index) != n_layers:
+            raise ValueError(f"a list of position schemes needs one per layer: {n_layers} layers, "
+                             f"got {len(self._index)}")
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        for scheme in self.schemes:
+            scheme.bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+            if (scheme.d_model, scheme.n_heads, scheme.n_layers) != (d_model, n_heads, n_layers):
+                raise ValueError(f"{type(scheme).__name__}.bind() must call super().bind(d_model=..., "
+                                 "n_heads=..., n_layers=...) so that the scheme knows the model's sizes")
+        limits = [s.max_len for s in self.schemes if s.max_len is not None]
+        self.max_len = min(limits) if limits else None
+
+    def config(self) -> Dict[str, Any]:
+        return {"scheme": self.name, "layers": [self.layer(i).config() for i in range(len(self._index))]}
+
+    @property
+    def rotates(self) -> bool:
+        return any(s.rotates for s in self.schemes)
+
+    @property
+    def biases(self) -> bool:
+        return any(s.biases for s in self.schemes)
+
+    def snapshot(self) -> None:
+        for scheme in self.schemes:
+            scheme.snapshot()
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
+        for scheme in self.schemes:
+            scheme.reset_parameters(generator)
+
+    @property
+    def scaling(self) -> Any:
+        """The RoPE layers' evaluation-time scaling (``None``: plain RoPE, or no RoPE layer)."""
+        return next((s.scaling for s in self.schemes if callable(getattr(s, "set_scaling", None))), None)
+
+    def set_scaling(self, value: Any, *, train_len: Optional[int] = None) -> None:
+        """Set the scaling of every RoPE layer (``ValueError`` for a scaling and no RoPE layer)."""
+        rope = [s for s in self.schemes if callable(getattr(s, "set_scaling", None))]
+        if not rope and value is not None:
+            raise ValueError(f"rope_scaling applies to RoPE layers; these layers have "
+                             f"{[self.layer(i).name for i in range(len(self._index))]}")
+        for scheme in rope:
+            scheme.set_scaling(value, train_len=train_len)
+
+    def extra_repr(self) -> str:
+        return f"layers={[self.layer(i).name for i in range(len(self._index))]}"

@@ -267,6 +267,14 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     return _Bar(**options)
 
 
+def _training_window(window: Any, seq_len: int) -> Any:
+    """The window(s) that act at ``seq_len`` (a window as long as the sequence does nothing): the cache key's."""
+    if isinstance(window, tuple):  # one per layer
+        acting = [w if w is not None and w < seq_len else None for w in window]
+        return None if all(w is None for w in acting) else acting
+    return window if window is not None and window < seq_len else None
+
+
 def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.device) -> Optional[Dict[str, Any]]:
     """The cached run at ``path`` loaded into ``model``, or None (absent, or unusable: warned, to be retrained)."""
     try:
@@ -439,7 +447,7 @@ def train(
         train=dict(steps=steps, seq_len=seq_len, batch_size=batch_size, lr=float(lr), seed=seed,
                    warmup=warmup, weight_decay=float(weight_decay),
                    grad_clip=None if grad_clip is None else float(grad_clip),
-                   window=model.window if model.window is not None and model.window < seq_len else None,
+                   window=_training_window(model.window, seq_len),
                    log_n=(model.train_len, True) if model.log_n_scaling and model.train_len < seq_len else None),
     )
     if model.sinks and config["train"]["window"] is not None:

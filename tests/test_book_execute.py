@@ -1,0 +1,76 @@
+"""book/execute.py: the notebooks executed side by side into the execution cache that the book's build reads."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("book_execute", ROOT / "book" / "execute.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["book_execute"] = module  # the worker processes find its function by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_it_executes_the_book_s_notebooks_in_the_table_of_contents_order(monkeypatch):
+    execute = _load()
+    names = [p.name for p in execute.book_notebooks()]
+    chapters = sorted(p.name for p in (ROOT / "chapters").glob("*.ipynb"))
+    assert sorted(names) == chapters and names[0] == "01_why_position.ipynb"
+    assert names[-1] == "appendix_cost.ipynb"
+    assert [p.name for p in execute.book_notebooks(["08"])] == ["08_stretching.ipynb"]
+    settings = execute.execution_settings()
+    assert settings == dict(timeout=600, allow_errors=False)  # as _config.yml tells the build
+    monkeypatch.setenv("POSENC_SIZE", "small")
+    monkeypatch.setenv("POSENC_SEED", "1")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert execute.build_cache() == ROOT / "_build" / ".jupyter_cache-small-seed1-avx2"   # the build's folder
+    with pytest.raises(SystemExit):
+        execute.main(["99"])
+    with pytest.raises(SystemExit):
+        execute.main(["--jobs", "0"])
+
+
+def _notebook(path: Path, *sources: str) -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    nb.metadata["kernelspec"] = dict(name="python3", display_name="Python 3", language="python")
+    nbformat.write(nb, path)
+
+
+def test_notebooks_run_side_by_side_and_only_those_that_succeed_are_cached(tmp_path, monkeypatch, capsys):
+    from jupyter_cache import get_cache
+
+    execute = _load()
+    (tmp_path / "nb").mkdir()
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: nb/good\n"
+                                       "  - file: nb/bad\n  - file: nb/other\n", encoding="utf-8")
+    (tmp_path / "_config.yml").write_text("execute:\n  timeout: 60\n", encoding="utf-8")
+    # each runs in its own folder, with one thread per notebook on a 2-job run of a 2-core machine
+    _notebook(tmp_path / "nb" / "good.ipynb", "import os, pathlib\nprint(pathlib.Path.cwd().name, "
+              "os.environ['OMP_NUM_THREADS'])")
+    _notebook(tmp_path / "nb" / "bad.ipynb", "raise KeyError('broken cell')")
+    _notebook(tmp_path / "nb" / "other.ipynb", "x = 2 + 2")
+    monkeypatch.setattr(execute, "ROOT", tmp_path)
+    monkeypatch.setattr(execute, "build_cache", lambda: tmp_path / "_build" / ".jupyter_cache")
+    monkeypatch.setattr(execute.os, "cpu_count", lambda: 2)
+    assert execute.main(["--jobs", "2"]) == 1  # one failed: status 1, after the others ran
+    out = capsys.readouterr().out
+    assert "nb/bad.ipynb FAILED" in out and "broken cell" in out and "2 of 3 notebooks" in out
+    cache = get_cache(str(tmp_path / "_build" / ".jupyter_cache"))
+    good = nbformat.read(tmp_path / "nb" / "good.ipynb", as_version=4)
+    _, merged = cache.merge_match_into_notebook(good)  # what the build finds for the unchanged notebook
+    assert merged.cells[0].outputs[0]["text"].split() == ["nb", "1"]
+    with pytest.raises(KeyError):
+        cache.match_cache_notebook(nbformat.read(tmp_path / "nb" / "bad.ipynb", as_version=4))
+    # again: the cached ones are skipped, the failed one runs again
+    _notebook(tmp_path / "nb" / "bad.ipynb", "y = 1")
+    assert execute.main(["--jobs", "2"]) == 0
+    assert "1 notebook, 2 at a time" in capsys.readouterr().out
+    assert execute.main([]) == 0
+    assert "all 3 notebooks are in the execution cache" in capsys.readouterr().out
