@@ -114,6 +114,8 @@ from .attention import (
 from .sinks import (
     sink_attention,
     attention_on_first_tokens,
+    attention_logsumexp,
+    sink_logit_attention,
 )
 from .linear import (
     FEATURE_MAPS,
@@ -283,6 +285,8 @@ __all__ = [
     "log_length_scale",
     "sink_attention",
     "attention_on_first_tokens",
+    "attention_logsumexp",
+    "sink_logit_attention",
     "FEATURE_MAPS",
     "elu_plus_one",
     "relu_feature",

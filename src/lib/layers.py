@@ -56,7 +56,7 @@ from .linear import (
 )
 from .masks import _check_tensors, _flag
 from .rotary import apply_rope
-from .sinks import sink_attention
+from .sinks import sink_attention, sink_logit_attention
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -194,6 +194,9 @@ class Positions:
         attend: replaces rotation and softmax: ``attend(q, k, v, window=, sinks=,
             return_weights=)`` on unrotated ``q``, ``k`` (ReRoPE, Self-Extend:
             :meth:`posenc.RoPE.attend`), or None.
+        bias: ``(batch or 1, heads, seq, seq)`` logits added by the distances of
+            explicit position ids (``-inf`` above the diagonal), instead of
+            ``slopes`` / ``table``; or None.
     """
 
     rotate: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
@@ -203,12 +206,13 @@ class Positions:
     q_scale: Optional[torch.Tensor] = None
     sinks: int = 0
     attend: Optional[Callable[..., Any]] = None
+    bias: Optional[torch.Tensor] = None
 
     @property
     def softmax_only(self) -> bool:
         """True if anything but a rotation is set (only softmax layers can apply it)."""
-        return any(x is not None for x in (self.slopes, self.table, self.window, self.q_scale, self.attend)) \
-            or self.sinks > 0
+        return any(x is not None for x in (self.slopes, self.table, self.window, self.q_scale, self.attend,
+                                           self.bias)) or self.sinks > 0
 
 
 def _rotate_pair(pos: Positions, q: torch.Tensor, k: torch.Tensor):
@@ -295,6 +299,8 @@ class SoftmaxAttention(_MultiHead):
 
     Takes every kind of position: a rotation, ALiBi slopes, a bias by
     distance, a window and log-n scaling (see :class:`Positions`).
+    ``sink_logit=True`` adds a learned logit per head (``sink_logits``, zeros
+    at first) to every row's normaliser: :func:`posenc.sink_logit_attention`.
 
     Args:
         d_model, n_heads: model width and number of heads.
@@ -305,6 +311,14 @@ class SoftmaxAttention(_MultiHead):
     """
 
     kind = "softmax"
+
+    def __init__(self, d_model: int, n_heads: int, *, sink_logit: bool = False, **options: Any) -> None:
+        super().__init__(d_model, n_heads, **options)
+        self.sink_logits: Optional[nn.Parameter] = None
+        if _flag("sink_logit", sink_logit):
+            if not self.causal:
+                raise ValueError("sink_logit is implemented for causal attention: build the layer with causal=True")
+            self.sink_logits = nn.Parameter(torch.zeros(self.n_heads))
 
     def _inputs(self, qkv: torch.Tensor, pos: Positions):
         if not self.causal and pos.softmax_only:
@@ -325,6 +339,21 @@ class SoftmaxAttention(_MultiHead):
         q, k, v = self._inputs(qkv, pos)
         if not self.causal:
             return _softmax_attention(q, k, v, causal=False, return_weights=return_weights)
+        if pos.bias is not None:  # distances of explicit position ids: the bias as one (b, h, t, t) tensor
+            if pos.attend is not None or pos.sinks or self.sink_logits is not None:
+                raise ValueError("explicit position ids with a distance bias do not combine with ReRoPE / "
+                                 "Self-Extend, StreamingLLM's kept first tokens or learned sink logits here")
+            mask = None
+            if pos.window is not None:  # the window counts tokens
+                d = torch.arange(q.shape[2], device=q.device)
+                mask = (d[:, None] - d[None, :]) < pos.window
+            return _softmax_attention(q, k, v, bias=pos.bias, mask=mask, causal=True, return_weights=return_weights)
+        if self.sink_logits is not None:
+            if pos.attend is not None or pos.sinks:
+                raise ValueError("learned sink logits do not combine with ReRoPE / Self-Extend or with "
+                                 "StreamingLLM's kept first tokens here (model.sinks, model.rope_scaling)")
+            return sink_logit_attention(q, k, v, self.sink_logits, slopes=pos.slopes, distance_bias=pos.table,
+                                        window=pos.window, return_weights=return_weights)
         if pos.attend is not None:  # ReRoPE, Self-Extend: q and k unrotated
             return pos.attend(q, k, v, window=pos.window, sinks=pos.sinks, return_weights=return_weights)
         if pos.sinks and pos.window is not None:

@@ -68,30 +68,12 @@ from .extend import RopeScaling, rope_scaling
 from .decay import _decay_value
 from .layers import ATTENTION_KINDS, Positions, attention_layer
 from .linear import FEATURE_MAPS, feature_map
+from ._positions import builtin, check_same, position_ids, scheme_positions, takes_positions
 from .scheme import LayerSchemes, PositionScheme, position_scheme
 
 __all__ = ["TinyLM"]
 
 _FFNS = ("mlp", "glu")
-
-
-def _builtin(scheme: PositionScheme) -> bool:
-    """A scheme of posenc's own (its hooks are tested; a scheme of yours is checked at every call)."""
-    return type(scheme).__module__.startswith("posenc.")
-
-
-def _check_same(out: Any, x: torch.Tensor, what: str, shape: str) -> None:
-    if not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype:
-        got = (f"{tuple(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__)
-        raise ValueError(f"{what} must return a tensor of the shape and dtype it was given, {shape} = "
-                         f"{tuple(x.shape)} {x.dtype}; got {got}")
-
-
-def _checked_rotate(scheme: PositionScheme, qk: torch.Tensor) -> torch.Tensor:
-    """``scheme.rotate(qk)``, refused unless it keeps the shape and dtype of ``qk``."""
-    out = scheme.rotate(qk)
-    _check_same(out, qk, f"{type(scheme).__name__}.rotate(qk)", "(2, batch, heads, seq, head_dim)")
-    return out
 
 
 class _FeedForward(nn.Module):
@@ -164,6 +146,9 @@ class TinyLM(nn.Module):
             ``"alibi"`` (``exp(-m_h)``) or ``(n_heads,)`` rates in ``(0, 1]``
             (:func:`posenc.decay_rates`; in :attr:`config` as the name or a list of floats).
         gate_temperature: ``tau`` of the gates ``sigmoid(w.x+b)^(1/tau)`` of ``"gated"`` layers.
+        sink_logit: a learned logit per head in every softmax row's normaliser
+            (gpt-oss's sinks, :func:`posenc.sink_logit_attention`): a head may
+            put less than all of its attention on the tokens. Softmax layers.
         **position_options: options of a scheme given by name, e.g.
             ``max_len`` (``"learned"``: rows of the table), ``base``
             (``"rope"``, ``"xpos"``), ``partial`` (``"rope"``: the rotated
@@ -204,6 +189,7 @@ class TinyLM(nn.Module):
         feature: str = "elu+1",
         decay: Any = "retnet",
         gate_temperature: float = 16.0,
+        sink_logit: bool = False,
         **position_options: Any,
     ) -> None:
         super().__init__()
@@ -233,6 +219,10 @@ class TinyLM(nn.Module):
         feature_map(feature)
         decay = _decay_value(decay, n_heads)  # checked (and Python values) whatever the kinds
         gate_temperature = check_number("gate_temperature", gate_temperature, 0.0)
+        if not isinstance(sink_logit, bool):
+            raise ValueError(f"sink_logit must be True or False, got {sink_logit!r}")
+        if sink_logit and "softmax" not in kinds:
+            raise ValueError(f"sink_logit joins the softmax normaliser; attention={kinds} has no softmax layer")
 
         if isinstance(position, (list, tuple)):  # one scheme per layer; a name given twice is one object
             if len(position) != n_layers:
@@ -264,6 +254,8 @@ class TinyLM(nn.Module):
             self._config["attention"] = kinds
         if ffn != "mlp":
             self._config["ffn"] = ffn
+        if sink_logit:
+            self._config["sink_logit"] = True
         options: Dict[str, Dict[str, Any]] = dict(linear=dict(feature=feature), norm=dict(feature=feature),
                                                   diag=dict(block_size=diag_block), softmax={}, decay=dict(decay=decay),
                                                   gated=dict(gate_temperature=gate_temperature))
@@ -275,7 +267,8 @@ class TinyLM(nn.Module):
         self.position = scheme
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            _Block(attention_layer(kd, d_model, n_heads, bias=True, dropout=dropout, **options[kd]),
+            _Block(attention_layer(kd, d_model, n_heads, bias=True, dropout=dropout, **options[kd],
+                                   **(dict(sink_logit=True) if sink_logit and kd == "softmax" else {})),
                    d_model, d_ff, ffn, dropout)
             for kd in kinds
         )
@@ -450,6 +443,8 @@ class TinyLM(nn.Module):
                 lin.bias.zero_()
             if getattr(block.attn, "gain", None) is not None:
                 block.attn.gain.fill_(1.0)
+            if getattr(block.attn, "sink_logits", None) is not None:
+                block.attn.sink_logits.zero_()
             if getattr(block.attn, "gate", None) is not None:  # "gated" layers: gates start near 0.5^(1/tau)
                 normal(block.attn.gate.weight, 0.02)
                 block.attn.gate.bias.zero_()
@@ -475,13 +470,13 @@ class TinyLM(nn.Module):
             return None
         return scale.to(device=device, dtype=torch.float32)[:, None]
 
-    def _positions(self, t: int, device: torch.device) -> List[Positions]:
-        """What every attention layer needs to know about positions at length ``t``."""
+    def _positions(self, t: int, device: torch.device, ids: Optional[torch.Tensor] = None) -> List[Positions]:
+        """What every attention layer needs to know about positions at length ``t`` (or at ids ``(batch, t)``)."""
         if isinstance(self.position, LayerSchemes):
-            per_scheme = {id(s): self._scheme_positions(s, t, device) for s in self.position.schemes}
+            per_scheme = {id(s): self._scheme_positions(s, t, device, ids) for s in self.position.schemes}
             out = [per_scheme[id(self.position.layer(i))][i] for i in range(self.n_layers)]
         else:
-            out = self._scheme_positions(self.position, t, device)
+            out = self._scheme_positions(self.position, t, device, ids)
         scales: Dict[Optional[int], Optional[torch.Tensor]] = {}
         for i, w in enumerate(self._layer_windows()):
             window = w if w is not None and w < t else None
@@ -489,44 +484,19 @@ class TinyLM(nn.Module):
                 scales[window] = self._log_n_scale(t, device, window)
             sinks = self.sinks if window is not None else 0
             out[i] = dataclasses.replace(out[i], window=window, q_scale=scales[window], sinks=sinks)
-            if sinks and self.sink_positions == "cache":  # StreamingLLM's positions: a single RoPE scheme
+            if sinks and self.sink_positions == "cache" and ids is None:  # StreamingLLM's cache positions
                 out[i] = dataclasses.replace(out[i], attend=functools.partial(self.position.attend,
                                                                               cache_positions=True))
         return out
 
-    def _scheme_positions(self, scheme: PositionScheme, t: int, device: torch.device) -> List[Positions]:
+    def _scheme_positions(self, scheme: PositionScheme, t: int, device: torch.device,
+                          ids: Optional[torch.Tensor] = None) -> List[Positions]:
         """What every attention layer needs to know about ``scheme``'s positions at length ``t`` (no window)."""
-        h = self.n_heads
-        slopes = scheme.slopes()
-        table = None
-        if slopes is not None:
-            if not isinstance(slopes, torch.Tensor) or tuple(slopes.shape) != (h,):
-                raise ValueError(f"{type(scheme).__name__}.slopes() must return a ({h},) tensor, "
-                                 f"got {getattr(slopes, 'shape', type(slopes).__name__)}")
-        elif scheme.biases:
-            table = scheme.distance_bias(t, device=device, dtype=torch.float32)
-            shapes = ((h, t), (self.n_layers, h, t))
-            if table is not None and (not isinstance(table, torch.Tensor) or tuple(table.shape) not in shapes
-                                      or not table.is_floating_point()):
-                raise ValueError(f"{type(scheme).__name__}.distance_bias({t}) must return a floating tensor of "
-                                 f"shape {shapes[0]} (every layer) or {shapes[1]} (one per layer), got "
-                                 f"{getattr(table, 'shape', type(table).__name__)}")
-            if table is not None and not _builtin(scheme) and not bool(
-                    (~(table.isnan() | (table == math.inf)) & table[..., :1].isfinite()).all()):
-                raise ValueError(f"{type(scheme).__name__}.distance_bias({t}) holds NaN or +inf (or a non-finite "
-                                 "value at distance 0): a bias may be -inf to mask a distance, nothing else")
-        attend = scheme.attend if getattr(scheme, "attends", False) else None
-        rotate = None
-        if scheme.rotates:
-            rotate = scheme.rotate if _builtin(scheme) else functools.partial(_checked_rotate, scheme)
-        common = dict(rotate=rotate, slopes=slopes, attend=attend)
-        if table is not None and table.ndim == 3:  # a table per layer
-            return [Positions(table=table[i], **common) for i in range(self.n_layers)]
-        return [Positions(table=table, **common)] * self.n_layers
+        return scheme_positions(scheme, t, device, ids, n_layers=self.n_layers, sink_positions=self.sink_positions)
 
     # ------------------------------------------------------------------ forward
 
-    def _embed(self, idx: torch.Tensor) -> torch.Tensor:
+    def _embed(self, idx: torch.Tensor, ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"idx must be (batch, seq) integer token ids, got "
                              f"{tuple(getattr(idx, 'shape', ()))} {getattr(idx, 'dtype', type(idx).__name__)}")
@@ -540,17 +510,28 @@ class TinyLM(nn.Module):
                              f"{int(idx.min())} to {int(idx.max())}")
         x = self.tok(idx)  # (batch, seq, d_model)
         if self.position.embeds:
-            out = self.position.embed(x)
-            if not _builtin(self.position):
-                _check_same(out, x, f"{type(self.position).__name__}.embed(x)", "(batch, seq, d_model)")
+            if ids is not None:
+                takes_positions(self.position, "embed")
+            out = self.position.embed(x) if ids is None else self.position.embed(x, positions=ids)
+            if not builtin(self.position):
+                check_same(out, x, f"{type(self.position).__name__}.embed(x)", "(batch, seq, d_model)")
             x = out
         return self.drop(x)
 
-    def forward(self, idx: torch.Tensor, return_attention: bool = False):
+    def forward(self, idx: torch.Tensor, return_attention: bool = False, *,
+                positions: Optional[torch.Tensor] = None):
         """Next-token logits.
 
         Args:
             idx: ``(batch, seq)`` int64 token ids in ``[0, vocab_size)``.
+            positions: the tokens' position ids, ``(seq,)`` or ``(batch, seq)``
+                integers ``>= 0``, strictly increasing along each sequence;
+                ``None``: ``0 .. seq-1``. Added tables are read at the ids,
+                rotations turn by them, distance biases take the ids'
+                differences (one ``(batch, heads, seq, seq)`` tensor instead of
+                the fused per-distance path); a window counts tokens. Used by
+                randomized positions and PoSE (:func:`posenc.train`'s
+                ``position_sampling``).
             return_attention: also return every layer's attention weights
                 (computed explicitly, slower).
 
@@ -563,10 +544,11 @@ class TinyLM(nn.Module):
             layers: the raw scores before the norm; decay and gated layers:
             the decayed scores before the norm).
         """
-        x = self._embed(idx)
+        ids = None if positions is None else position_ids(positions, idx)
+        x = self._embed(idx, ids)
         weights: Optional[List[torch.Tensor]] = [] if return_attention else None
-        for block, positions in zip(self.blocks, self._positions(idx.shape[1], x.device)):
-            x = block(x, positions, weights)
+        for block, layer_positions in zip(self.blocks, self._positions(idx.shape[1], x.device, ids)):
+            x = block(x, layer_positions, weights)
         logits = self.head(self.ln_f(x))  # (batch, seq, vocab_size)
         return (logits, weights) if return_attention else logits
 
@@ -584,7 +566,7 @@ class TinyLM(nn.Module):
             x = block(x, positions, None)
         return inputs
 
-    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy (nats) over targets that are not ``-100`` (ignored)."""
-        logits = self(idx)
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor, *, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Mean cross-entropy (nats) over targets that are not ``-100`` (ignored); ``positions`` as in :meth:`forward`."""
+        logits = self(idx, positions=positions)
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)

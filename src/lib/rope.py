@@ -135,8 +135,18 @@ class RoPE(PositionScheme):
                                                 attention_factor=s.attention_scale())
         return self._scaled[key]
 
-    def rotate(self, qk: torch.Tensor) -> torch.Tensor:
+    def rotate(self, qk: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         self._require_bound(self._rotary)
+        if positions is not None:  # (batch, seq) ids; a rule that depends on the length sees max id + 1
+            rotary = self._rotary_at(int(positions.max()) + 1)
+            head = qk[..., :self.rotary_dim]
+            rotated = torch.stack(rotary(head[0], head[1], positions))
+            if self.rotary_dim == qk.shape[-1]:
+                return rotated
+            rest = qk[..., self.rotary_dim:]
+            if rotary.attention_factor != 1:
+                rest = rest * rotary.attention_factor
+            return torch.cat((rotated, rest), dim=-1)
         rotary = self._rotary_at(qk.shape[-2])
         if self.rotary_dim == qk.shape[-1]:
             return rotary.rotate_stacked(qk)

@@ -305,15 +305,21 @@ class PositionScheme(nn.Module):
 
     # ---------------------------------------------------------------- hooks
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Absolute schemes: token embeddings ``(batch, seq, d_model)`` -> the same with positions added."""
+    def embed(self, x: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Absolute schemes: token embeddings ``(batch, seq, d_model)`` -> the same with positions added.
+
+        ``positions``: ``None`` (token ``i`` at position ``i``) or ``(batch, seq)``
+        int64 ids, strictly increasing along each row (``model(idx, positions=...)``).
+        A scheme of yours that leaves the argument out serves contiguous positions only.
+        """
         return x
 
-    def rotate(self, qk: torch.Tensor) -> torch.Tensor:
+    def rotate(self, qk: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Rotations: queries and keys stacked ``(2, batch, heads, seq, head_dim)`` -> the same shape.
 
         Query ``i`` and key ``j`` are at positions ``i`` and ``j`` of the
-        sequence (self-attention, equal lengths).
+        sequence (self-attention, equal lengths), or at ``positions[b, i]`` and
+        ``positions[b, j]`` when ids are given (``(batch, seq)`` int64).
         """
         return qk
 

@@ -21,6 +21,13 @@ once and every token keeps its **original position**: a query at position
 function, ALiBi / table biases by the true distance ``i - j``). The
 full-sequence variant isolates the effect of the mask; for RoPE models the
 cache-position variant differs only in the distances to the sinks.
+
+Learned sink logits (gpt-oss, OpenAI 2025; the "off-by-one" softmax of Miller,
+2023, is the case of a logit fixed at 0) give a head a way to attend to
+nothing without a token to park on: a learned logit ``a_h`` per head joins
+every row's normaliser, ``w_ij = exp(s_ij) / (exp(a_h) + sum_j' exp(s_ij'))``,
+so the weights on the real tokens sum to ``sigmoid(lse_i - a_h) < 1``
+(:func:`sink_logit_attention`, ``TinyLM(..., sink_logit=True)``).
 """
 
 from __future__ import annotations
@@ -31,10 +38,10 @@ import torch
 import torch.nn.functional as F
 
 from ._validate import check_int
-from .attention import _check_qkv, _distance_values, _empty, _relative_inputs, _scaled, _softmax
+from .attention import _check_qkv, _distance_values, _empty, _relative_inputs, _scaled, _softmax, relative_attention
 from .masks import sliding_window_mask
 
-__all__ = ["sink_attention", "attention_on_first_tokens"]
+__all__ = ["sink_attention", "attention_on_first_tokens", "attention_logsumexp", "sink_logit_attention"]
 
 _CHUNK = 256
 
@@ -105,6 +112,72 @@ def sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window:
         vc = v[:, :, idx] if head else v[:, :, lo:hi]
         outs.append(F.scaled_dot_product_attention(q[:, :, a:e], kc, vc, attn_mask=mask, scale=scale))
     return torch.cat(outs, dim=2)
+
+
+def attention_logsumexp(q: torch.Tensor, k: torch.Tensor, *, slopes: Optional[torch.Tensor] = None,
+                        distance_bias: Optional[torch.Tensor] = None, window: Optional[int] = None,
+                        scale: Optional[float] = None) -> torch.Tensor:
+    """``lse_i = log sum_j exp(s_ij)`` over the keys query ``i`` may see, ``(batch, heads, q_len)``.
+
+    ``s_ij = scale q_i . k_j + bias(i - j)``, causal (and within ``window``), as
+    :func:`posenc.relative_attention` computes them. Queries go in chunks of
+    256 that read only the keys they may see; half precision is summed in
+    float32. Differentiable (autograd keeps each chunk's scores for backward).
+    """
+    slopes, distance_bias, window = _relative_inputs(q, k, k, slopes, distance_bias, window)
+    q, scale = _scaled(q, scale)
+    if q.dtype in (torch.float16, torch.bfloat16):
+        q, k = q.float(), k.float()
+    q_len, k_len = q.shape[2], k.shape[2]
+    offset, out = k_len - q_len, []
+    for a in range(0, q_len, _CHUNK):
+        e = min(a + _CHUNK, q_len)
+        lo, hi = (max(0, offset + a - window + 1) if window is not None else 0), offset + e
+        d = torch.arange(offset + a, offset + e, device=q.device)[:, None] - torch.arange(lo, hi, device=q.device)
+        scores = (q[:, :, a:e] @ k[:, :, lo:hi].transpose(-2, -1)) * scale
+        scores = scores + _distance_values(d, slopes, distance_bias, window, q.dtype)
+        out.append(torch.logsumexp(scores, dim=-1))
+    return torch.cat(out, dim=2) if out else q.new_zeros(q.shape[:3])
+
+
+def sink_logit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink_logits: torch.Tensor, *,
+                         slopes: Optional[torch.Tensor] = None, distance_bias: Optional[torch.Tensor] = None,
+                         window: Optional[int] = None, scale: Optional[float] = None, return_weights: bool = False):
+    """Causal softmax attention with a learned sink logit per head in every row's normaliser (gpt-oss).
+
+    ``w_ij = exp(s_ij) / (exp(a_h) + sum_j' exp(s_ij'))``: the softmax over the
+    row extended by one logit ``a_h`` whose value is zero, and that extra
+    column dropped. Computed as :func:`posenc.relative_attention` (the fused
+    paths) times the share left to the real tokens,
+    ``sigmoid(lse_i - a_h)``, with ``lse_i`` from :func:`attention_logsumexp`:
+    one more pass over the scores, no ``(heads, n, n)`` tensor.
+
+    Args:
+        q, k, v, slopes, distance_bias, window, scale: as in :func:`posenc.relative_attention`.
+        sink_logits: ``(heads,)`` finite logits ``a_h``; ``-inf`` would be plain softmax.
+        return_weights: also return the ``(batch, heads, q_len, k_len)`` weights (rows sum to less than 1).
+
+    Returns:
+        ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
+
+    >>> q = k = v = torch.randn(1, 2, 5, 4)
+    >>> out, w = sink_logit_attention(q, k, v, torch.zeros(2), return_weights=True)
+    >>> bool((w.sum(-1) < 1).all())
+    True
+    """
+    _check_qkv(q, k, v)
+    if not isinstance(sink_logits, torch.Tensor) or sink_logits.shape != (q.shape[1],) or \
+            not sink_logits.is_floating_point() or not bool(torch.isfinite(sink_logits).all()):
+        raise ValueError(f"sink_logits must be a finite float ({q.shape[1]},) tensor, one logit per head of q "
+                         f"{tuple(q.shape)}; got {getattr(sink_logits, 'shape', type(sink_logits).__name__)} "
+                         f"{getattr(sink_logits, 'dtype', '')}")
+    out = relative_attention(q, k, v, slopes=slopes, distance_bias=distance_bias, window=window, scale=scale,
+                             return_weights=return_weights)
+    lse = attention_logsumexp(q, k, slopes=slopes, distance_bias=distance_bias, window=window, scale=scale)
+    kept = torch.sigmoid(lse - sink_logits.to(lse.device, lse.dtype)[None, :, None])[..., None]  # (b, h, q, 1)
+    if return_weights:
+        return out[0] * kept.to(out[0].dtype), out[1] * kept.to(out[1].dtype)
+    return out * kept.to(out.dtype)
 
 
 @torch.no_grad()

@@ -386,9 +386,15 @@ class LearnedPositions(PositionScheme):
     def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
         self.table.copy_(torch.randn(self.table.shape, generator=generator))
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:
+    def embed(self, x: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         self._require_bound(self.table)
         _check_embed_input(x, self.d_model)
+        if positions is not None:  # (batch, seq) ids
+            top = int(positions.max()) if positions.numel() else -1
+            if top >= self.max_len:
+                raise ValueError(f"position='learned' has a table of max_len={self.max_len} positions and cannot "
+                                 f"embed position id {top}; build the model with a larger max_len")
+            return x + self.table[positions]  # (batch, seq, d_model)
         t = x.shape[-2]
         if t > self.max_len:
             raise ValueError(
@@ -417,8 +423,11 @@ class SinusoidalPositions(PositionScheme):
             raise ValueError(f"sinusoidal needs an even d_model, got {d_model}")
         super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:
+    def embed(self, x: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         self._require_bound(self.d_model)
         t = _check_embed_input(x, self.d_model).shape[-2]
+        if positions is not None:  # (batch, seq) ids: the table's rows at those positions
+            rows = sinusoidal_embedding(int(positions.max()) + 1, self.d_model, self.base)
+            return x + rows.to(device=x.device, dtype=x.dtype)[positions]
         table = sinusoidal_embedding(t, self.d_model, self.base) if t else x.new_zeros(0, self.d_model)
         return x + table.to(device=x.device, dtype=x.dtype)

@@ -484,6 +484,8 @@ class XPosRotation(PositionScheme):
         self._require_even_head_dim()
         self._xpos = XPos(self.head_dim, self.base, gamma=self.gamma, scale_base=self.scale_base)
 
-    def rotate(self, qk: torch.Tensor) -> torch.Tensor:
+    def rotate(self, qk: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         self._require_bound(self._xpos)
+        if positions is not None:  # (batch, seq) ids
+            return torch.stack(self._xpos(qk[0], qk[1], positions))
         return self._xpos.rotate_stacked(qk)
