@@ -154,6 +154,7 @@ from .layers import (
 from .scheme import (  # after the topic modules, which register their schemes
     PositionScheme,
     NoPE,
+    LayerSchemes,
     POSITION_SCHEMES,
     register_scheme,
     position_scheme,
@@ -180,14 +181,13 @@ from .passkey import (
 )
 from .train import (
     TrainResult,
-    LengthResult,
     TrainingPreset,
     training_preset,
     run_key,
     train,
-    evaluate_lengths,
-    evaluation_batches,
 )
+from .evaluate import LengthResult, evaluate_lengths, evaluation_batches
+from .sampling import POSITION_SAMPLINGS, pose_positions, randomized_positions, sample_positions
 from .evidence import (
     SEED_ENV,
     seed_offset,
@@ -317,6 +317,7 @@ __all__ = [
     "attention_layer",
     "PositionScheme",
     "NoPE",
+    "LayerSchemes",
     "POSITION_SCHEMES",
     "register_scheme",
     "position_scheme",
@@ -355,6 +356,10 @@ __all__ = [
     "train",
     "evaluate_lengths",
     "evaluation_batches",
+    "POSITION_SAMPLINGS",
+    "randomized_positions",
+    "pose_positions",
+    "sample_positions",
     "pick_device",
     "running_mode",
     "seed_everything",

@@ -5,9 +5,12 @@
   CUDA, and stores the trained weights and loss history on disk under a key
   computed from the model, data and training configuration, so that running a
   notebook again loads instead of training.
-* :func:`evaluate_lengths` measures loss, perplexity and accuracy of a
-  trained model at several evaluation lengths on fixed validation batches:
-  the "train short, test long" measurement of Press et al. (2022).
+* :func:`posenc.evaluate_lengths` (:mod:`posenc.evaluate`) measures loss,
+  perplexity and accuracy of a trained model at several evaluation lengths on
+  fixed validation batches: the "train short, test long" measurement of Press
+  et al. (2022).
+* ``position_sampling`` trains on sampled position ids (randomized positions,
+  PoSE: :mod:`posenc.sampling`).
 * :func:`training_preset` gives model and training sizes for the running
   mode (:func:`posenc.running_mode`): seconds per model on a 2-core CPU in
   ``"small"`` mode, bigger models and longer training in ``"full"`` mode.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -32,7 +36,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -40,17 +44,16 @@ import torch.nn.functional as F
 from .data import IGNORE_INDEX
 from .model import TinyLM
 from ._validate import check_int, check_number, make_module_callable
+from .evaluate import LengthResult, _check_data, _positive, evaluate_lengths, evaluation_batches  # noqa: F401
+from .sampling import sample_positions
 from .runtime import _exclusive, _stray_temporaries, cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
     "TrainResult",
-    "LengthResult",
     "TrainingPreset",
     "training_preset",
     "run_key",
     "train",
-    "evaluate_lengths",
-    "evaluation_batches",
 ]
 
 #: Bump to invalidate every cached run after a change that alters training.
@@ -87,21 +90,6 @@ class TrainResult:
         """Mean training loss over the last 10% of the steps."""
         tail = self.losses[-max(1, len(self.losses) // 10):]
         return sum(tail) / len(tail)
-
-
-@dataclass
-class LengthResult:
-    """Evaluation at one length: ``loss`` (nats/token), ``ppl = exp(loss)``,
-    ``accuracy`` (argmax = target), over ``tokens`` counted targets;
-    ``position_loss`` is the ``(length,)`` mean loss at each position (NaN
-    where no target counts)."""
-
-    length: int
-    loss: float
-    ppl: float
-    accuracy: float
-    tokens: int
-    position_loss: torch.Tensor = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -188,19 +176,6 @@ def training_preset(mode: Optional[str] = None, **overrides: Any) -> TrainingPre
     if unknown:
         raise ValueError(f"unknown preset fields {sorted(unknown)}")
     return replace(_PRESETS[mode], **overrides)
-
-
-def _positive(name: str, value: Any, kind: type = int) -> Any:
-    """``value`` as a positive Python int (or finite float, ``kind=float``): NumPy and 0-d tensors too."""
-    if kind is float:
-        return check_number(name, value, 0.0, what="")
-    return check_int(name, value)
-
-
-def _check_data(data: Any) -> None:
-    if not (hasattr(data, "batch") and hasattr(data, "vocab_size") and hasattr(data, "config")):
-        raise ValueError("data must have batch(batch_size, seq_len, generator), vocab_size and config "
-                         f"(see posenc.data); got {type(data).__name__}")
 
 
 def run_key(config: Dict[str, Any]) -> str:
@@ -319,7 +294,7 @@ def _save_run(path: Path, payload: Dict[str, Any]) -> None:
 
 
 def _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
-              batches, device, progress) -> None:
+              batches, device, progress, sampling=None) -> None:
     """The optimiser loop of :func:`train` (appends to ``losses`` and ``norms``)."""
     use_bf16 = device.type == "cuda"
     with _progress_bar(steps, model.position.name, progress) as bar:
@@ -328,8 +303,9 @@ def _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_siz
                 group["lr"] = lr * _lr_factor(step, steps, warmup)
             x, y = data.batch(batch_size, seq_len, batches)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            ids = None if sampling is None else sampling(x.shape[0], x.shape[1]).to(device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                logits = model(x)
+                logits = model(x, positions=ids)
             loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -359,6 +335,8 @@ def train(
     grad_clip: Optional[float] = 1.0,
     cpu_threads: Optional[int] = 1,
     init: Optional[TrainResult] = None,
+    position_sampling: Optional[str] = None,
+    max_position: Optional[int] = None,
 ) -> TrainResult:
     """Train ``model`` on ``data`` for a fixed number of steps (or load the cached result).
 
@@ -398,6 +376,13 @@ def train(
             is cached apart from its starting point and from a run from
             scratch, and loads on re-run. Evaluation-time settings active
             while training (window, sinks, ``rope_scaling``) enter the key.
+        position_sampling: ``None`` (ids ``0 .. seq_len-1``), ``"randomized"``
+            (Ruoss et al., 2023: a sorted sample of ``seq_len`` ids from
+            ``[0, max_position)`` per sequence) or ``"pose"`` (Zhu et al., 2024:
+            two contiguous pieces, the second shifted by a random skip), drawn
+            for every batch from a generator seeded by ``seed``
+            (:mod:`posenc.sampling`). Both enter the cache key.
+        max_position: the ids are drawn below it (``>= seq_len``; needed by a sampling).
 
     Returns:
         a :class:`TrainResult`; ``result.model is model``, except when
@@ -424,6 +409,12 @@ def train(
         cpu_threads = _positive("cpu_threads", cpu_threads)
     if model.max_len is not None and seq_len > model.max_len:
         raise ValueError(f"seq_len {seq_len} exceeds the learned table of the model (max_len={model.max_len})")
+    sample_positions(position_sampling, 1, seq_len, max_position)  # checks the two (and max_position >= seq_len)
+    if max_position is not None:
+        max_position = check_int("max_position", max_position)
+        if model.max_len is not None and max_position > model.max_len:
+            raise ValueError(f"max_position {max_position} exceeds the learned table of the model "
+                             f"(max_len={model.max_len})")
     init_state = None
     if init is not None:
         if not isinstance(init, TrainResult):
@@ -456,6 +447,8 @@ def train(
             config["train"]["sink_positions"] = model.sink_positions
     if model.rope_scaling is not None:
         config["train"]["rope_scaling"] = model.rope_scaling.config()
+    if position_sampling is not None:
+        config["train"]["position_sampling"] = dict(kind=position_sampling, max_position=max_position)
     if init is not None:
         config["init"] = init.key
     key = run_key(config)
@@ -494,9 +487,14 @@ def train(
         threads = torch.get_num_threads()
         if device.type == "cpu" and cpu_threads is not None:
             torch.set_num_threads(cpu_threads)
+        sampling = None
+        if position_sampling is not None:
+            ids_generator = torch.Generator().manual_seed(seed + 2)
+            sampling = functools.partial(sample_positions, position_sampling, max_position=max_position,
+                                         generator=ids_generator)
         try:
             _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
-                      batches, device, progress)
+                      batches, device, progress, sampling)
         finally:
             torch.set_num_threads(threads)
         seconds = time.perf_counter() - start
@@ -510,109 +508,4 @@ def train(
         return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
 
 
-def evaluation_batches(data: Any, length: int, batches: int = 4, seed: int = 1234, *,
-                       batch_size: int = 8, split: str = "validation") -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-    """The ``(inputs, targets)`` batches that :func:`evaluate_lengths` uses at ``length``.
-
-    ``batches`` batches of ``(batch_size, length)`` from ``data.batch`` with a
-    generator seeded by ``seed``; use it to compare a model with a reference
-    on exactly the same sequences (e.g. :meth:`posenc.data.MarkovChain.optimal_nll`).
-    """
-    _check_data(data)  # checked now, not at the first batch
-    length, batches, batch_size = (_positive(name, value) for name, value in
-                                   (("length", length), ("batches", batches), ("batch_size", batch_size)))
-    seed = check_int("seed", seed, low=0)
-
-    def draw() -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-        g = torch.Generator().manual_seed(seed)
-        for _ in range(batches):
-            yield data.batch(batch_size, length, g, split=split)
-
-    return draw()
-
-
-@torch.no_grad()
-def evaluate_lengths(
-    model: TinyLM,
-    data: Any,
-    lengths: Sequence[int],
-    batches: int = 4,
-    seed: int = 1234,
-    *,
-    batch_size: int = 8,
-    split: str = "validation",
-    device: Optional[torch.device] = None,
-    max_tokens: int = 16384,
-) -> Dict[int, LengthResult]:
-    """Loss, perplexity and accuracy of ``model`` at each evaluation length.
-
-    For each length ``n`` the model reads ``batches * batch_size`` sequences
-    of ``n`` tokens drawn from ``data`` (``split``) with a generator seeded by
-    ``seed``: every model sees exactly the same sequences, the numbers are
-    reproducible, and sources that draw sequences front to back (the Markov
-    chain; nearly so the character corpora) give the *same* text at every
-    length, cut at different places, so that differences between lengths are
-    not sampling noise. As in Press et al. (2022)'s non-overlapping
-    evaluation, the loss is the mean over all counted targets of a sequence
-    (early positions, with little context, included); ``position_loss`` keeps
-    the loss per position for finer views.
-
-    Args:
-        model: a trained :class:`~posenc.model.TinyLM`; its evaluation-time
-            settings apply (``window``, ``sinks``, ``rope_scaling``, log-n scaling).
-        data: a source from :mod:`posenc.data`.
-        lengths: evaluation lengths (positive integers, duplicates removed).
-        batches, batch_size: how many sequences per length.
-        seed: seeds the evaluation batches.
-        max_tokens: sequences per forward pass are limited to ``max_tokens // n``
-            (at least one) to bound memory.
-
-    Returns:
-        ``{n: LengthResult}`` in the order of ``lengths``.
-    """
-    if not isinstance(model, TinyLM):
-        raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
-    _check_data(data)
-    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
-        raise ValueError(f"lengths must be a sequence of positive integers, got {lengths!r}")
-    lengths = list(dict.fromkeys(_positive("every length", n) for n in lengths))
-    if not lengths:
-        raise ValueError("lengths must not be empty")
-    batches = _positive("batches", batches)
-    batch_size = _positive("batch_size", batch_size)
-    max_tokens = _positive("max_tokens", max_tokens)
-    if device is None:
-        device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    use_bf16 = torch.device(device).type == "cuda"
-    out: Dict[int, LengthResult] = {}
-    for n in lengths:
-        per_pass = max(1, min(batch_size, max_tokens // n))
-        loss_sum = torch.zeros(n, dtype=torch.float64)
-        count = torch.zeros(n, dtype=torch.float64)
-        correct = 0
-        for x_all, y_all in evaluation_batches(data, n, batches, seed, batch_size=batch_size, split=split):
-            for i in range(0, batch_size, per_pass):
-                x, y = x_all[i:i + per_pass].to(device), y_all[i:i + per_pass].to(device)
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                    logits = model(x)
-                logits = logits.float()
-                nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX,
-                                      reduction="none")  # (b, n), 0 where ignored
-                counted = y != IGNORE_INDEX
-                loss_sum += nll.sum(0).double().cpu()
-                count += counted.sum(0).double().cpu()
-                correct += int(((logits.argmax(-1) == y) & counted).sum())
-        tokens = int(count.sum())
-        if tokens == 0:
-            raise ValueError(f"no counted targets at length {n}")
-        loss = float(loss_sum.sum() / tokens)
-        position_loss = torch.where(count > 0, loss_sum / count.clamp(min=1), torch.full_like(count, float("nan")))
-        out[n] = LengthResult(n, loss, math.exp(min(loss, 700.0)), correct / tokens, tokens, position_loss)
-    model.train(was_training)
-    return out
-
-
-# ``import posenc.train as m`` gives this module; ``pe.train(...)`` calls the function
 make_module_callable(__name__, train)

@@ -1,0 +1,170 @@
+"""Evaluate a trained model at several lengths: the "train short, test long" measurement.
+
+:func:`evaluate_lengths` measures loss, perplexity and accuracy of a trained
+model at several evaluation lengths on fixed validation batches
+(:func:`evaluation_batches`), as Press et al. (2022) evaluate ALiBi.
+:func:`posenc.train` (in :mod:`posenc.train`, which re-exports both) trains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .data import IGNORE_INDEX
+from .model import TinyLM
+from ._validate import check_int, check_number
+from .sampling import sample_positions
+
+__all__ = ["LengthResult", "evaluate_lengths", "evaluation_batches"]
+
+
+@dataclass
+class LengthResult:
+    """Evaluation at one length: ``loss`` (nats/token), ``ppl = exp(loss)``,
+    ``accuracy`` (argmax = target), over ``tokens`` counted targets;
+    ``position_loss`` is the ``(length,)`` mean loss at each position (NaN
+    where no target counts)."""
+
+    length: int
+    loss: float
+    ppl: float
+    accuracy: float
+    tokens: int
+    position_loss: torch.Tensor = field(repr=False)
+
+
+def _positive(name: str, value: Any, kind: type = int) -> Any:
+    """``value`` as a positive Python int (or finite float, ``kind=float``): NumPy and 0-d tensors too."""
+    if kind is float:
+        return check_number(name, value, 0.0, what="")
+    return check_int(name, value)
+
+
+def _check_data(data: Any) -> None:
+    if not (hasattr(data, "batch") and hasattr(data, "vocab_size") and hasattr(data, "config")):
+        raise ValueError("data must have batch(batch_size, seq_len, generator), vocab_size and config "
+                         f"(see posenc.data); got {type(data).__name__}")
+
+
+def evaluation_batches(data: Any, length: int, batches: int = 4, seed: int = 1234, *,
+                       batch_size: int = 8, split: str = "validation") -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    """The ``(inputs, targets)`` batches that :func:`evaluate_lengths` uses at ``length``.
+
+    ``batches`` batches of ``(batch_size, length)`` from ``data.batch`` with a
+    generator seeded by ``seed``; use it to compare a model with a reference
+    on exactly the same sequences (e.g. :meth:`posenc.data.MarkovChain.optimal_nll`).
+    """
+    _check_data(data)  # checked now, not at the first batch
+    length, batches, batch_size = (_positive(name, value) for name, value in
+                                   (("length", length), ("batches", batches), ("batch_size", batch_size)))
+    seed = check_int("seed", seed, low=0)
+
+    def draw() -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed)
+        for _ in range(batches):
+            yield data.batch(batch_size, length, g, split=split)
+
+    return draw()
+
+
+@torch.no_grad()
+def evaluate_lengths(
+    model: TinyLM,
+    data: Any,
+    lengths: Sequence[int],
+    batches: int = 4,
+    seed: int = 1234,
+    *,
+    batch_size: int = 8,
+    split: str = "validation",
+    device: Optional[torch.device] = None,
+    max_tokens: int = 16384,
+    position_sampling: Optional[str] = None,
+    max_position: Optional[int] = None,
+) -> Dict[int, LengthResult]:
+    """Loss, perplexity and accuracy of ``model`` at each evaluation length.
+
+    For each length ``n`` the model reads ``batches * batch_size`` sequences
+    of ``n`` tokens drawn from ``data`` (``split``) with a generator seeded by
+    ``seed``: every model sees exactly the same sequences, the numbers are
+    reproducible, and sources that draw sequences front to back (the Markov
+    chain; nearly so the character corpora) give the *same* text at every
+    length, cut at different places, so that differences between lengths are
+    not sampling noise. As in Press et al. (2022)'s non-overlapping
+    evaluation, the loss is the mean over all counted targets of a sequence
+    (early positions, with little context, included); ``position_loss`` keeps
+    the loss per position for finer views.
+
+    Args:
+        model: a trained :class:`~posenc.model.TinyLM`; its evaluation-time
+            settings apply (``window``, ``sinks``, ``rope_scaling``, log-n scaling).
+        data: a source from :mod:`posenc.data`.
+        lengths: evaluation lengths (positive integers, duplicates removed).
+        batches, batch_size: how many sequences per length.
+        seed: seeds the evaluation batches.
+        max_tokens: sequences per forward pass are limited to ``max_tokens // n``
+            (at least one) to bound memory.
+        position_sampling, max_position: ``None`` reads contiguous ids ``0 .. n-1``
+            (as PoSE is evaluated); ``"randomized"`` draws sorted ids from
+            ``[0, max_position)`` for every sequence, as Ruoss et al. evaluate
+            (a generator seeded by ``seed``; ``max_position >= n``).
+
+    Returns:
+        ``{n: LengthResult}`` in the order of ``lengths``.
+    """
+    if not isinstance(model, TinyLM):
+        raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
+    _check_data(data)
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise ValueError(f"lengths must be a sequence of positive integers, got {lengths!r}")
+    lengths = list(dict.fromkeys(_positive("every length", n) for n in lengths))
+    if not lengths:
+        raise ValueError("lengths must not be empty")
+    batches = _positive("batches", batches)
+    batch_size = _positive("batch_size", batch_size)
+    max_tokens = _positive("max_tokens", max_tokens)
+    if position_sampling not in (None, "randomized"):
+        raise ValueError(f"position_sampling at evaluation must be None (contiguous ids; PoSE is evaluated so) or "
+                         f"'randomized' (Ruoss et al.), got {position_sampling!r}")
+    sample_positions(position_sampling, 1, max(lengths), max_position)  # max_position >= every length
+    ids_generator = torch.Generator().manual_seed(seed + 1)
+    if device is None:
+        device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    use_bf16 = torch.device(device).type == "cuda"
+    out: Dict[int, LengthResult] = {}
+    for n in lengths:
+        per_pass = max(1, min(batch_size, max_tokens // n))
+        loss_sum = torch.zeros(n, dtype=torch.float64)
+        count = torch.zeros(n, dtype=torch.float64)
+        correct = 0
+        for x_all, y_all in evaluation_batches(data, n, batches, seed, batch_size=batch_size, split=split):
+            for i in range(0, batch_size, per_pass):
+                x, y = x_all[i:i + per_pass].to(device), y_all[i:i + per_pass].to(device)
+                ids = sample_positions(position_sampling, x.shape[0], n, max_position, ids_generator)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                    logits = model(x, positions=None if ids is None else ids.to(device))
+                logits = logits.float()
+                nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX,
+                                      reduction="none")  # (b, n), 0 where ignored
+                counted = y != IGNORE_INDEX
+                loss_sum += nll.sum(0).double().cpu()
+                count += counted.sum(0).double().cpu()
+                correct += int(((logits.argmax(-1) == y) & counted).sum())
+        tokens = int(count.sum())
+        if tokens == 0:
+            raise ValueError(f"no counted targets at length {n}")
+        loss = float(loss_sum.sum() / tokens)
+        position_loss = torch.where(count > 0, loss_sum / count.clamp(min=1), torch.full_like(count, float("nan")))
+        out[n] = LengthResult(n, loss, math.exp(min(loss, 700.0)), correct / tokens, tokens, position_loss)
+    model.train(was_training)
+    return out
+
+
+# ``import posenc.train as m`` gives this module; ``pe.train(...)`` calls the function
