@@ -256,3 +256,19 @@ def test_per_seed_passes_warnings_and_raises_errors_here():
         pe.per_seed(fail, [0, 1, 2], workers=2)
     with pytest.raises(ValueError, match="measure must be a function"):
         pe.per_seed(3)
+
+
+def test_forked_trainers_keep_to_the_process_s_share_of_the_cores(monkeypatch):
+    """OMP_NUM_THREADS (set per kernel by book/execute.py and by `make test`) caps the default number of workers."""
+    from posenc.evidence import _usable_cores
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = _usable_cores()
+    assert cores >= 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert _usable_cores() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cores + 5))
+    assert _usable_cores() == cores                    # never more than the process may use
+    for junk in ("0", "two", ""):
+        monkeypatch.setenv("OMP_NUM_THREADS", junk)
+        assert _usable_cores() == cores

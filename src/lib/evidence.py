@@ -318,7 +318,8 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
             (``init[i]`` starts the run of ``seed_list[i]``), e.g. the list an
             earlier ``train_seeds`` returned.
         workers: processes that train side by side on a CPU (default: the
-            cores this process may use, at most one per run). Each trains on
+            cores this process may use, its CPU affinity capped by
+            ``$OMP_NUM_THREADS`` when set, at most one per run). Each trains on
             one thread and writes the run cache, which this process then reads,
             so the results are those of training one after the other. Used on
             Linux with the run cache and the CPU only; elsewhere the runs train
@@ -360,10 +361,18 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
 
 
 def _usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, at most ``$OMP_NUM_THREADS`` when that is set.
+
+    ``OMP_NUM_THREADS`` is this process's share of the machine when several
+    share it (notebooks executed side by side by ``book/execute.py``, pytest
+    workers): forked trainers stay within it instead of oversubscribing the cores.
+    """
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    share = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return max(1, min(cores, int(share))) if share.isdigit() and int(share) > 0 else cores
 
 
 def _train_in_workers(jobs: List[Tuple[Any, Any, Dict[str, Any]]], workers: Optional[int]) -> None:
