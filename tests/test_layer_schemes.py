@@ -151,3 +151,23 @@ def test_lists_enter_the_cache_key_and_load(tmp_path, monkeypatch):
     # a window as long as the training sequence does nothing: the key of no window
     assert pe.train(pe.TinyLM(6, 16, 2, 2, position=["rope", "none"], window=[16, None]), chain,
                     **fast).config["train"]["window"] is None
+
+
+@pytest.mark.parametrize("options", [
+    dict(position=["rope", "none"]),
+    dict(position="alibi", window=[32, None]),
+    dict(position="rope", window=32, sink_logit=True),
+    dict(position="p_rope", p=0.5),
+    dict(position=["alibi", "p_rope"], sink_logit=True),
+])
+def test_causal_far_beyond_the_training_length(options):
+    """At 16 x L (L = 64), changing the tokens after t leaves every logit up to t as it was."""
+    model = sharp(pe.TinyLM(V, 16, 2, 2, **options))
+    x = tokens(1024, batch=1)
+    y = x.clone()
+    y[:, 700:] = (y[:, 700:] + 1) % V
+    with torch.no_grad():
+        a, b = model(x), model(y)
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(b[:, :700], a[:, :700], rtol=0, atol=0)
+        assert not torch.allclose(b[:, 700:], a[:, 700:])
