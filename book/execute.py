@@ -98,8 +98,8 @@ def main(argv=None) -> int:
     for record in cache.list_cache_records():
         seconds = (record.data or {}).get("execution_seconds")
         if record.uri and seconds is not None:
-            last_time[str(Path(record.uri).resolve())] = max(float(seconds), last_time.get(
-                str(Path(record.uri).resolve()), 0.0))
+            uri = str(Path(record.uri).resolve())
+            last_time[uri] = max(float(seconds), last_time.get(uri, 0.0))
     todo = []
     for order, path in enumerate(notebooks):
         nb = nbformat.read(path, as_version=4)

@@ -69,7 +69,7 @@ from .decay import _decay_value
 from .layers import ATTENTION_KINDS, Positions, attention_layer
 from .linear import FEATURE_MAPS, feature_map
 from ._positions import builtin, check_same, position_ids, scheme_positions, takes_positions
-from .scheme import LayerSchemes, PositionScheme, position_scheme
+from .scheme import LayerSchemes, PositionScheme, _bind_checked, position_scheme
 
 __all__ = ["TinyLM"]
 
@@ -229,15 +229,13 @@ class TinyLM(nn.Module):
                 raise ValueError(f"a list of position schemes needs one per layer: {n_layers} layers, got "
                                  f"{len(position)} ({list(position)!r})")
             named: Dict[str, PositionScheme] = {}
-            scheme = LayerSchemes([p if isinstance(p, PositionScheme) else named.setdefault(
-                p, position_scheme(p, **position_options)) if isinstance(p, str) else position_scheme(p)
-                for p in position])
+            for p in position:
+                if isinstance(p, str) and p not in named:
+                    named[p] = position_scheme(p, **position_options)
+            scheme = LayerSchemes([named[p] if isinstance(p, str) else position_scheme(p) for p in position])
         else:
             scheme = position_scheme(position, **position_options)
-        scheme.bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
-        if (scheme.d_model, scheme.n_heads, scheme.n_layers) != (d_model, n_heads, n_layers):
-            raise ValueError(f"{type(scheme).__name__}.bind() must call super().bind(d_model=..., n_heads=..., "
-                             "n_layers=...) so that the scheme knows the model's sizes")
+        _bind_checked(scheme, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
         for i, kd in enumerate(kinds):
             own = scheme.layer(i) if isinstance(scheme, LayerSchemes) else scheme
             if own.biases and kd != "softmax":
@@ -473,10 +471,13 @@ class TinyLM(nn.Module):
     def _positions(self, t: int, device: torch.device, ids: Optional[torch.Tensor] = None) -> List[Positions]:
         """What every attention layer needs to know about positions at length ``t`` (or at ids ``(batch, t)``)."""
         if isinstance(self.position, LayerSchemes):
-            per_scheme = {id(s): self._scheme_positions(s, t, device, ids) for s in self.position.schemes}
+            per_scheme = {id(s): scheme_positions(s, t, device, ids, n_layers=self.n_layers,
+                                                  sink_positions=self.sink_positions)
+                          for s in self.position.schemes}
             out = [per_scheme[id(self.position.layer(i))][i] for i in range(self.n_layers)]
         else:
-            out = self._scheme_positions(self.position, t, device, ids)
+            out = scheme_positions(self.position, t, device, ids, n_layers=self.n_layers,
+                                   sink_positions=self.sink_positions)
         scales: Dict[Optional[int], Optional[torch.Tensor]] = {}
         for i, w in enumerate(self._layer_windows()):
             window = w if w is not None and w < t else None
@@ -488,11 +489,6 @@ class TinyLM(nn.Module):
                 out[i] = dataclasses.replace(out[i], attend=functools.partial(self.position.attend,
                                                                               cache_positions=True))
         return out
-
-    def _scheme_positions(self, scheme: PositionScheme, t: int, device: torch.device,
-                          ids: Optional[torch.Tensor] = None) -> List[Positions]:
-        """What every attention layer needs to know about ``scheme``'s positions at length ``t`` (no window)."""
-        return scheme_positions(scheme, t, device, ids, n_layers=self.n_layers, sink_positions=self.sink_positions)
 
     # ------------------------------------------------------------------ forward
 

@@ -446,6 +446,14 @@ class NoPE(PositionScheme):
     name = "none"
 
 
+def _bind_checked(scheme: "PositionScheme", *, d_model: int, n_heads: int, n_layers: int) -> None:
+    """``scheme.bind(...)``, refused (``ValueError``) if the scheme's ``bind`` did not record the sizes."""
+    scheme.bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+    if (scheme.d_model, scheme.n_heads, scheme.n_layers) != (d_model, n_heads, n_layers):
+        raise ValueError(f"{type(scheme).__name__}.bind() must call super().bind(d_model=..., n_heads=..., "
+                         "n_layers=...) so that the scheme knows the model's sizes")
+
+
 class LayerSchemes(PositionScheme):
     """One position scheme per layer: ``TinyLM(position=["rope", "none", "rope", "none"])``.
 
@@ -500,10 +508,7 @@ class LayerSchemes(PositionScheme):
                              f"got {len(self._index)}")
         super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
         for scheme in self.schemes:
-            scheme.bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
-            if (scheme.d_model, scheme.n_heads, scheme.n_layers) != (d_model, n_heads, n_layers):
-                raise ValueError(f"{type(scheme).__name__}.bind() must call super().bind(d_model=..., "
-                                 "n_heads=..., n_layers=...) so that the scheme knows the model's sizes")
+            _bind_checked(scheme, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
         limits = [s.max_len for s in self.schemes if s.max_len is not None]
         self.max_len = min(limits) if limits else None
 
