@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from .data import IGNORE_INDEX
 from .model import TinyLM
 from ._validate import check_int, check_number
-from .sampling import sample_positions
+from .sampling import _check_sampling, sample_positions
 
 __all__ = ["LengthResult", "evaluate_lengths", "evaluation_batches"]
 
@@ -131,7 +131,7 @@ def evaluate_lengths(
     if position_sampling not in (None, "randomized"):
         raise ValueError(f"position_sampling at evaluation must be None (contiguous ids; PoSE is evaluated so) or "
                          f"'randomized' (Ruoss et al.), got {position_sampling!r}")
-    sample_positions(position_sampling, 1, max(lengths), max_position)  # max_position >= every length
+    _check_sampling(position_sampling, max(lengths), max_position)  # max_position >= every length
     ids_generator = torch.Generator().manual_seed(seed + 1)
     if device is None:
         device = next(model.parameters()).device

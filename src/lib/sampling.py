@@ -112,16 +112,24 @@ def sample_positions(kind: Optional[str], batch: int, seq_len: int, max_position
         ValueError: on an unknown kind, or ``max_position`` missing, below
             ``seq_len`` or given with ``kind=None``.
     """
+    _check_sampling(kind, seq_len, max_position)
+    if kind is None:
+        return None
+    if kind == "randomized":
+        return randomized_positions(batch, seq_len, max_position, generator)
+    return pose_positions(batch, seq_len, max_position, generator=generator)
+
+
+def _check_sampling(kind: Optional[str], seq_len: int, max_position: Optional[int]) -> None:
+    """Raise ``ValueError`` unless ``kind`` and ``max_position`` can serve sequences of ``seq_len`` ids."""
     if kind is None:
         if max_position is not None:
             raise ValueError("max_position is for position_sampling='randomized' or 'pose'; "
                              "position_sampling is None (contiguous ids)")
-        return None
+        return
     if kind not in POSITION_SAMPLINGS:
         raise ValueError(f"position_sampling must be None or one of {POSITION_SAMPLINGS}, got {kind!r}")
     if max_position is None:
         raise ValueError(f"position_sampling={kind!r} needs max_position, the number of ids to draw from "
                          "(the longest length the model should serve)")
-    if kind == "randomized":
-        return randomized_positions(batch, seq_len, max_position, generator)
-    return pose_positions(batch, seq_len, max_position, generator=generator)
+    _sizes(1, seq_len, max_position)

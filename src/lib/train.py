@@ -45,7 +45,7 @@ from .data import IGNORE_INDEX
 from .model import TinyLM
 from ._validate import check_int, check_number, make_module_callable
 from .evaluate import LengthResult, _check_data, _positive, evaluate_lengths, evaluation_batches  # noqa: F401
-from .sampling import sample_positions
+from .sampling import _check_sampling, sample_positions
 from .runtime import _exclusive, _stray_temporaries, cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
@@ -409,7 +409,7 @@ def train(
         cpu_threads = _positive("cpu_threads", cpu_threads)
     if model.max_len is not None and seq_len > model.max_len:
         raise ValueError(f"seq_len {seq_len} exceeds the learned table of the model (max_len={model.max_len})")
-    sample_positions(position_sampling, 1, seq_len, max_position)  # checks the two (and max_position >= seq_len)
+    _check_sampling(position_sampling, seq_len, max_position)
     if max_position is not None:
         max_position = check_int("max_position", max_position)
         if model.max_len is not None and max_position > model.max_len:
