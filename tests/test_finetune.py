@@ -80,3 +80,45 @@ def test_mismatched_architecture_or_bad_init_raises():
         run(pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="alibi"), init=base)
     with pytest.raises(ValueError, match="TrainResult"):
         run(tiny(), init=base.model)
+
+
+def test_abf_continued_training_with_a_raised_rope_base():
+    """Xiong et al. (2023): the same weights, trained on with RoPE's base raised (10,000 -> 500,000)."""
+    base = run(tiny(), steps=40, lr=1e-2)
+    raised = pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="rope", base=500_000.0)
+    frozen = run(raised, init=base, seq_len=32, steps=1, lr=1e-12, warmup=0)
+    assert frozen.model.position.base == 500_000.0 and frozen.config["init"] == base.key
+    for (name, p), q in zip(frozen.model.state_dict().items(), base.model.state_dict().values()):
+        assert torch.allclose(p, q, atol=1e-6), name              # the earlier weights, now under the new base
+    x = DATA.batch(2, 32, generator=torch.Generator().manual_seed(1))[0]
+    with torch.no_grad():                                         # the base is live: same weights, other logits
+        assert not torch.allclose(frozen.model(x), base.model(x), atol=1e-3)
+    same_base = run(tiny(), init=base, seq_len=32, steps=1, lr=1e-12, warmup=0)
+    assert same_base.key != frozen.key                            # the base is in the key
+    tuned = run(pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="rope", base=500_000.0),
+                init=base, seq_len=32, steps=5, lr=1e-3, warmup=0)
+    again = run(pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="rope", base=500_000.0),
+                init=run(tiny(), steps=40, lr=1e-2), seq_len=32, steps=5, lr=1e-3, warmup=0)
+    assert again.from_cache and again.key == tuned.key
+
+
+@pytest.mark.parametrize("start, then", [
+    (dict(position="p_rope"), dict(position=pe.PRoPE(base=1e6))),
+    (dict(n_layers=2, position=["rope", "none"]), dict(n_layers=2, position=[pe.RoPE(base=1e6), "none"])),
+])
+def test_abf_for_p_rope_and_per_layer_schemes(start, then):
+    make = lambda kw: pe.TinyLM(12, **dict(dict(d_model=32, n_layers=1, n_heads=2), **kw))
+    base = run(make(start))
+    assert run(make(then), init=base, steps=2).config["init"] == base.key
+
+
+def test_only_the_base_may_differ():
+    base = run(tiny())
+    for other in [pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="xpos", base=1e6),   # xPos: not RoPE
+                  pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position=pe.RoPE(base=1e6, interleaved=True)),
+                  pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="p_rope", base=1e6)]:
+        with pytest.raises(ValueError, match="only a RoPE base may differ"):
+            run(other, init=base)
+    xpos = run(pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="xpos"))
+    with pytest.raises(ValueError, match="same architecture"):
+        run(pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="xpos", base=1e6), init=xpos)  # RoPE family only

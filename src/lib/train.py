@@ -184,6 +184,21 @@ def run_key(config: Dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+#: Schemes whose ``base`` only sets the rotation's frequencies (no weights): a fine-tune may change it.
+_BASE_FREE = ("rope", "p_rope")
+
+
+def _architecture(model_config: Dict[str, Any]) -> Any:
+    """A model config as plain JSON values, the base of RoPE-style schemes left out (ABF changes it, not the weights)."""
+    def strip(position: Dict[str, Any]) -> Dict[str, Any]:
+        if position.get("scheme") == "layers":
+            return dict(position, layers=[strip(p) for p in position["layers"]])
+        return {k: v for k, v in position.items() if not (k == "base" and position.get("scheme") in _BASE_FREE)}
+
+    plain = json.loads(json.dumps(model_config, default=str))
+    return dict(plain, position=strip(plain["position"])) if isinstance(plain.get("position"), dict) else plain
+
+
 def _adamw(groups: List[Dict[str, Any]], lr: float) -> torch.optim.Optimizer:
     """AdamW with betas (0.9, 0.95): the fused kernel where this torch has one for the device, else the plain loop.
 
@@ -371,7 +386,11 @@ def train(
 
         init: fine-tune: start from the weights of an earlier run (a
             :class:`TrainResult` of a model with the same architecture)
-            instead of a fresh initialisation. The run's key is computed from
+            instead of a fresh initialisation. The RoPE base may differ (RoPE,
+            p-RoPE, per layer too): continued training with a raised base is
+            "adjusted base frequency" (ABF; Xiong et al., 2023, "Effective
+            Long-Context Scaling of Foundation Models": Llama 2 Long, base
+            10,000 raised to 500,000 for longer sequences). The run's key is computed from
             the earlier run's key and this configuration, so a fine-tuned run
             is cached apart from its starting point and from a run from
             scratch, and loads on re-run. Evaluation-time settings active
@@ -419,10 +438,9 @@ def train(
     if init is not None:
         if not isinstance(init, TrainResult):
             raise ValueError(f"init must be the TrainResult of an earlier pe.train run, got {type(init).__name__}")
-        if json.loads(json.dumps(init.config["model"], default=str)) != json.loads(
-                json.dumps(model.config, default=str)):
-            raise ValueError("init= must come from a model of the same architecture: the earlier run has "
-                             f"{init.config['model']}, this model {model.config}")
+        if _architecture(init.config["model"]) != _architecture(model.config):
+            raise ValueError("init= must come from a model of the same architecture (only a RoPE base may differ): "
+                             f"the earlier run has {init.config['model']}, this model {model.config}")
         init_state = {k: v.detach().clone() for k, v in init.model.state_dict().items()}
         ours = {p.data_ptr() for p in init.model.parameters()}
         if any(p.data_ptr() in ours for p in model.parameters()):  # fine-tuning init.model itself
