@@ -142,6 +142,20 @@ def test_site_has_every_chapter():
             assert page in PAGES, f"{page} missing from the built site"
 
 
+@pytest.mark.parametrize("path", CHAPTERS or ["chapters/none.html"])
+def test_tables_a_cell_displays_are_tables(path):
+    """A table a code cell shows with IPython's ``Markdown`` is an HTML table on the page, not a paragraph of pipes.
+
+    myst-nb renders ``text/markdown`` outputs as CommonMark by default, which has
+    no tables; the book sets ``nb_render_markdown_format: gfm``.
+    """
+    if not (SITE / path).exists():
+        _missing(f"no built page {path}")
+    html = (SITE / path).read_text()
+    raw = re.findall(r"<p>\|[^<]{0,80}", html)
+    assert not raw, f"{path}: Markdown tables left as text: {raw[:2]}"
+
+
 @pytest.mark.parametrize("path", PAGES or ["index.html"])
 def test_page_loads_offline_without_errors(visit, path):
     v = visit(path)
