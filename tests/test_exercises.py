@@ -137,12 +137,16 @@ VALUES = {
     "8.2": ([(29, 29, 6), [29, 29, 6]], [(29, 6, 29), (30, 28, 6), (28, 29, 7)]),
     "8.3": ([1 / (0.1 * math.log(8) + 1) ** 2, 0.6853], [0.1 * math.log(8) + 1, 1.459, 1 / (0.1 * math.log(8) + 1)]),
     "8.4": ([33], [18, 32, 34]),
-    "9.1": ([_gradient_ratio(), 1000], [1e-3, 1e6, 100]),
-    "9.2": ([(64 * 64 + 64, 4096 * 2 * 64)], [(64 * 64, 4096 * 2 * 64), (64 * 64 + 64, 4096 * 64)]),
-    "9.3": ([[pe.block_diagonal_mask(1024, w).sum().item() / (1024 * 1025 / 2) for w in (16, 64, 256)],
+    "9.1": ([1025 / 65, 15.769], [1024 / 64, 1024 / 65, 1025 / 64]),
+    "9.2": ([pe.rope_min_base(1024, 16), 4.6e5], [pe.rope_min_base(512, 16), pe.rope_min_base(1024, 64), 1e4, 5e5]),
+    "9.3": ([(2, 2 * math.pi * 10000 ** (10 / 16)), (2, 1987)],
+            [(6, 2 * math.pi * 10000 ** (10 / 16)), (2, 2 * math.pi * 10000 ** (12 / 16)), (2, 316.2)]),
+    "10.1": ([_gradient_ratio(), 1000], [1e-3, 1e6, 100]),
+    "10.2": ([(64 * 64 + 64, 4096 * 2 * 64)], [(64 * 64, 4096 * 2 * 64), (64 * 64 + 64, 4096 * 64)]),
+    "10.3": ([[pe.block_diagonal_mask(1024, w).sum().item() / (1024 * 1025 / 2) for w in (16, 64, 256)],
              [0.0166, 0.0634, 0.2507], [0.017, 0.063, 0.25]],
             [[w / 1024 for w in (16, 64, 256)], [1.7, 6.3, 25.1]]),
-    "10.1": ([(512 * 513 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.23435],
+    "11.1": ([(512 * 513 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.23435],
             [512 / 4096, (512 * 511 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.2343, 0.38]),   # w/n; off by one
 }
 
@@ -180,13 +184,18 @@ FUNCTIONS = {
     "8.3": ([lambda s: (0.1 * math.log(s) + 1) ** -2], [lambda s: 0.1 * math.log(s) + 1, lambda s: 1 / (0.1 * math.log(s) + 1)]),
     "8.4": ([lambda d, base, L, s: int((2 * math.pi * s * base ** (torch.arange(0, d, 2) / d) > L).sum())],
             [lambda d, base, L, s: _slow_pairs(base, L, d), lambda d, base, L, s: _slow_pairs(base, L * s, d)]),
-    "9.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
-    "10.1": ([_window_share], [lambda n, w: min(w, n) / n, lambda n, w: _window_share(n, w - 1) if w > 1 else 1.0]),
+    "9.1": ([lambda L, M: (M + 1) / (L + 1)], [lambda L, M: M / L, lambda L, M: (M - 1) / (L - 1) if L > 1 else M]),
+    "9.2": ([pe.rope_min_base], [lambda n, d: pe.rope_min_base(n, d) * 1.05, lambda n, d: pe.rope_min_base(2 * n, d)]),
+    "9.3": ([lambda d, base, p: (d // 2 - int(p * d // 2), 2 * math.pi * base ** (2 * (int(p * d // 2) - 1) / d))],
+            [lambda d, base, p: (int(p * d // 2), 2 * math.pi * base ** (2 * (int(p * d // 2) - 1) / d)),
+             lambda d, base, p: (d // 2 - int(p * d // 2), 2 * math.pi * base ** (2 * int(p * d // 2) / d))]),
+    "10.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
+    "11.1": ([_window_share], [lambda n, w: min(w, n) / n, lambda n, w: _window_share(n, w - 1) if w > 1 else 1.0]),
 }
 
 
 class _LearnedALiBi(pe.PositionScheme):
-    """ALiBi with learned slopes, as the solution of chapter 10 writes it."""
+    """ALiBi with learned slopes, as the solution of chapter 11 writes it."""
 
     def bind(self, *, d_model, n_heads, n_layers):
         super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
@@ -231,7 +240,7 @@ class _NoBias(pe.PositionScheme):
 
 #: exercise -> (right position schemes, wrong ones): classes, or objects
 SCHEMES = {
-    "10.3": ([_LearnedALiBi, _LearnedALiBi(), _LogSlopes],
+    "11.3": ([_LearnedALiBi, _LearnedALiBi(), _LogSlopes],
             [pe.alibi.ALiBi, pe.alibi.ALiBi(), _FrozenSlopes, _WrongSign, _EvenSlopes, _NoBias, pe.TinyLM]),
 }
 
@@ -250,7 +259,8 @@ def test_exercises_lists_one_line_each_in_order():
     assert all(title and "\n" not in title for title in listing.values())
     assert list(exercises(chapter=3)) == ["3.1", "3.2", "3.3", "3.4", "3.5"]
     assert list(exercises(chapter=8)) == ["8.1", "8.2", "8.3", "8.4"]
-    assert list(exercises(chapter=10)) == ["10.1", "10.3"]
+    assert list(exercises(chapter=9)) == ["9.1", "9.2", "9.3"]
+    assert list(exercises(chapter=11)) == ["11.1", "11.3"]
 
 
 def test_published_alibi_slopes():
@@ -307,16 +317,16 @@ def test_wrong_schemes_fail_with_a_hint(key, capsys):
 
 
 def test_scheme_checker_names_the_wrong_entry_and_leaves_the_readers_object_alone(capsys):
-    assert not check("10.3", _WrongSign)
+    assert not check("11.3", _WrongSign)
     out = capsys.readouterr().out
     assert "head 0 at distance 1" in out and "too large" in out and "0.5" not in out
-    assert not check("10.3", _FrozenSlopes)
+    assert not check("11.3", _FrozenSlopes)
     assert "does not depend on a learned torch.nn.Parameter" in capsys.readouterr().out
     model = pe.TinyLM(8, 48, 1, 6, position=_LearnedALiBi())    # an object already in a model: its own sizes
     with torch.no_grad():
         model.position.slope.mul_(2)                           # "trained"
     trained = model.position.slope.detach().clone()
-    assert check("10.3", model.position)
+    assert check("11.3", model.position)
     assert "correct for 1 model size." in capsys.readouterr().out
     assert torch.equal(model.position.slope, trained) and model.position.n_heads == 6
 
@@ -367,8 +377,8 @@ def test_functions_that_raise_or_return_nonsense_fail_without_raising(capsys):
     assert not check("3.1", lambda base: 0)                     # wrong number of arguments
     assert "raised TypeError" in capsys.readouterr().out
     assert not check("3.3", lambda W: pe.half_split_to_interleaved(W))  # odd input width raises
-    assert not check("9.3", lambda n, w: None)
-    assert not check("9.3", lambda n, w: float("nan"))
+    assert not check("10.3", lambda n, w: None)
+    assert not check("10.3", lambda n, w: float("nan"))
     assert not check("2.2", lambda: 60611)                      # a number was asked for
     assert not check("1.5", 0.5)                                # a function was asked for
 
@@ -379,7 +389,7 @@ def test_nan_and_infinity_fail():
     assert not check("3.5", (float("nan"), 2.0))
 
 
-@pytest.mark.parametrize("bad", ["10.9", "3", "3.10", "", 3.1, None])
+@pytest.mark.parametrize("bad", ["11.9", "3", "3.10", "", 3.1, None])
 def test_unknown_exercise_raises(bad):
     with pytest.raises(ValueError, match=r"unknown exercise .*1\.2, 1\.3"):
         check(bad, 1)

@@ -43,9 +43,9 @@ from .layers import block_diagonal_mask
 from .linear import linear_attention
 from .masks import relative_positions, sliding_window_mask
 from .model import TinyLM
-from .extend import rope_frequencies_dynamic_ntk
-from .rotary import (half_split_to_interleaved, rope_decay_bound, rope_frequencies, rope_frequencies_interpolated,
-                   rope_frequencies_ntk, yarn_attention_factor)
+from .extend import rope_frequencies_dynamic_ntk, rope_min_base
+from .rotary import (half_split_to_interleaved, p_rope_frequencies, rope_decay_bound, rope_frequencies,
+                     rope_frequencies_interpolated, rope_frequencies_ntk, yarn_attention_factor)
 from .scheme import PositionScheme
 from .sinusoidal import sinusoidal_period_coverage, sinusoidal_wavelengths
 from .xpos import blockwise_causal_mask, xpos_scales
@@ -77,6 +77,19 @@ def _turning_pairs(L: int, d: int, base: float) -> int:
 
 def _slow_pairs(base: float, L: int, d: int) -> int:
     return int((2 * math.pi / rope_frequencies(d, base) > L).sum())
+
+
+def _random_gap(L: int, M: int) -> float:
+    # Mean gap between neighbouring ids of a sorted uniform sample of L distinct ids from 0 .. M-1:
+    # the k-th smallest has mean k (M + 1) / (L + 1) - 1, so neighbours are (M + 1) / (L + 1) apart.
+    return (M + 1) / (L + 1)
+
+
+def _p_rope_pairs(dim: int, base: float, p: float) -> tuple:
+    # (pairs left unrotated, longest wavelength still rotating) of p-RoPE.
+    freqs = p_rope_frequencies(dim, base, p)
+    turning = freqs[freqs > 0]
+    return int((freqs == 0).sum()), (2 * math.pi / turning.min()).item() if len(turning) else 0.0
 
 
 def _ntk_base(d: int, base: float, s: float) -> float:
@@ -182,7 +195,7 @@ def _mean_lookback() -> torch.Tensor:
 
 
 def _learned_alibi(answer: Any) -> Tuple[bool, str]:
-    # Chapter 10: a scheme with the bias -m_h d, m_h learned and starting at alibi_slopes(n_heads).
+    # Chapter 11: a scheme with the bias -m_h d, m_h learned and starting at alibi_slopes(n_heads).
     if not (isinstance(answer, PositionScheme) or isinstance(answer, type) and issubclass(answer, PositionScheme)):
         return False, f"expected a posenc.PositionScheme subclass or object, got {_describe(answer)}"
     hint, sizes = f"Hint: {_EXERCISES['10.3'].hint}", [(64, 4, 2), (48, 6, 1), (64, 8, 3), (16, 1, 1)]
@@ -449,15 +462,44 @@ _EXERCISES: Dict[str, _Exercise] = {
         inputs=lambda: [(128, 10000.0, 4096, 8.0), (128, 10000.0, 4096, 1.0), (16, 10000.0, 64, 4.0),
                         (64, 500000.0, 8192, 2.0)],
     ),
-    # Chapter 9: linear attention
+    # Chapter 9: training for length
     "9.1": _Exercise(
+        title="mean gap between neighbouring position ids when randomized positions draw L = 64 ids from "
+              "M = 1024 (a number, or a function gap(L, M))",
+        confirm="The neighbour of a token sits about M / L ids away, and the gap varies from sequence to sequence.",
+        hint="the k-th smallest of L distinct ids drawn from 0 .. M-1 has mean k (M + 1) / (L + 1) - 1.",
+        expected=lambda: _random_gap(64, 1024), rtol=5e-4,
+        signature="gap(L, M)", reference=_random_gap,
+        inputs=lambda: [(64, 1024), (64, 64), (1, 10), (3, 7), (256, 4096)],
+    ),
+    "9.2": _Exercise(
+        title="the smallest RoPE base whose sum of cos(m θ_i) stays >= 0 for every m up to 1024, head_dim 16 "
+              "(a number to 1 %, or a function min_base(context_length, dim))",
+        confirm="This is the base the chapter raises to for 16 L: the bound grows quickly with the length.",
+        hint="for a base b, compute B(m) = sum_i cos(m b^(-2i/d)) for m = 0 .. n; scan b upward (logarithmically) "
+             "until no B(m) is negative, then narrow it down.",
+        expected=lambda: rope_min_base(1024, 16), rtol=1e-2,
+        signature="min_base(context_length, dim)", reference=rope_min_base,
+        inputs=lambda: [(1024, 16), (64, 16), (256, 16), (1024, 64)],
+    ),
+    "9.3": _Exercise(
+        title="p-RoPE with head_dim 16, base 10000, p = 0.75: pairs left unrotated, and the longest wavelength "
+              "still rotating, in tokens (2 numbers, or a function p_rope_pairs(dim, base, p))",
+        confirm="p-RoPE drops the slow end of the spectrum: what is left turns at least once every ~2000 tokens.",
+        hint="the first int(p * dim / 2) pairs keep θ_i = base^(-2i/d); the wavelength of pair i is 2π / θ_i.",
+        expected=lambda: _p_rope_pairs(16, 10000.0, 0.75), rtol=1e-3,
+        signature="p_rope_pairs(dim, base, p)", reference=_p_rope_pairs,
+        inputs=lambda: [(16, 10000.0, 0.75), (16, 10000.0, 0.5), (128, 10000.0, 0.75), (64, 500000.0, 0.25)],
+    ),
+    # Chapter 10: linear attention
+    "10.1": _Exercise(
         title="gradient norm of normalised linear attention with respect to φ(q) at c = 1e-3, "
               "divided by the one at c = 1 (feature='relu', eps = 0)",
         confirm="The output ignores the scale of φ(q), so its gradient grows like 1/c.",
         hint="differentiate f(c x) = f(x) with respect to x.",
         expected=_gradient_ratio, rtol=1e-3,
     ),
-    "9.2": _Exercise(
+    "10.2": _Exercise(
         title="numbers held by the linear-attention state (S and z) for d = e = 64, "
               "and by a key-value cache at n = 4096 (2 integers, per head)",
         confirm="The state has the same size at every length; the cache grows with n.",
@@ -465,7 +507,7 @@ _EXERCISES: Dict[str, _Exercise] = {
         # The state of the recurrence S_i = S_(i-1) + phi(k_i) v_i^T, z_i = z_(i-1) + phi(k_i).
         expected=lambda: (64 * 64 + 64, 4096 * (64 + 64)),
     ),
-    "9.3": _Exercise(
+    "10.3": _Exercise(
         title="fraction of the n(n+1)/2 causal pairs that DiagAttention keeps, n = 1024, "
               "w = 16, 64, 256 (3 numbers, or a function kept(n, w))",
         confirm="DiagAttention keeps a fraction that grows like w / n: cheap, and only local.",
@@ -474,8 +516,8 @@ _EXERCISES: Dict[str, _Exercise] = {
         signature="kept(n, w)", reference=_diag_fraction,
         inputs=lambda: [(1024, 16), (1024, 64), (1024, 256), (12, 3), (8, 8), (6, 1), (100, 10)],
     ),
-    # Chapter 10: summary
-    "10.1": _Exercise(
+    # Chapter 11: summary
+    "11.1": _Exercise(
         title="fraction of the n(n+1)/2 causal query-key pairs that a causal window of w = 512 keys "
               "computes at n = 4096 (a number to 5 digits, or a function window_share(n, w))",
         confirm="A window costs O(n w) instead of O(n^2 / 2): below 1 once n > w.",
@@ -484,7 +526,7 @@ _EXERCISES: Dict[str, _Exercise] = {
         signature="window_share(n, w)", reference=_window_fraction,
         inputs=lambda: [(4096, 512), (1024, 16), (8, 8), (8, 20), (100, 1), (37, 5), (2048, 2047)],
     ),
-    "10.3": _Exercise(
+    "11.3": _Exercise(
         title="a PositionScheme subclass or object: ALiBi's bias -m_h (i - j), m_h learned, starting at ALiBi's",
         confirm="The slopes start as ALiBi's and now train with the model.",
         hint="create a torch.nn.Parameter of n_heads slopes in bind() (self.n_heads is known there), "
@@ -513,11 +555,11 @@ def exercises(chapter: Optional[int] = None) -> Dict[str, str]:
         dict from exercise id (``"chapter.number"``) to a one-line description,
         in reading order.
 
-    >>> for key, title in exercises(chapter=9).items():
+    >>> for key, title in exercises(chapter=10).items():
     ...     print(key, title[:40])
-    9.1 gradient norm of normalised linear atten
-    9.2 numbers held by the linear-attention sta
-    9.3 fraction of the n(n+1)/2 causal pairs th
+    10.1 gradient norm of normalised linear atten
+    10.2 numbers held by the linear-attention sta
+    10.3 fraction of the n(n+1)/2 causal pairs th
     """
     return {key: ex.title for key, ex in _EXERCISES.items()
             if chapter is None or key.split(".")[0] == str(chapter)}
@@ -542,8 +584,8 @@ def check(exercise: str, answer: Any) -> bool:
     >>> check("3.1", "many")
     ✗ 3.1: expected an integer, got the text 'many' (or a function slow_pairs(base, L, d))
     False
-    >>> check("9.3", lambda n, w: w / n)
-    ✗ 9.3: kept(1024, 16) is wrong (0.015625 is too small).
+    >>> check("10.3", lambda n, w: w / n)
+    ✗ 10.3: kept(1024, 16) is wrong (0.015625 is too small).
     Hint: each of the n/w blocks keeps the causal pairs inside it.
     False
     """
