@@ -122,3 +122,27 @@ def test_only_the_base_may_differ():
     xpos = run(pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="xpos"))
     with pytest.raises(ValueError, match="same architecture"):
         run(pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position="xpos", base=1e6), init=xpos)  # RoPE family only
+
+
+def test_what_may_differ_is_declared_by_the_scheme_class():
+    assert pe.RoPE.retunable == ("base",) and pe.PRoPE.retunable == ("base",)     # p-RoPE inherits it
+    assert pe.PositionScheme.retunable == () and pe.position_scheme("alibi").retunable == ()
+
+    class Fixed(pe.PositionScheme):
+        """A bias -temperature * distance with no weights."""
+        def __init__(self, temperature=1.0):
+            super().__init__()
+            self.temperature = float(temperature)
+
+        def distance_bias(self, length, *, device, dtype):
+            return -self.temperature * torch.arange(length, dtype=dtype, device=device).expand(self.n_heads, -1)
+
+    class Tempered(Fixed):
+        """The same, declaring that a fine-tune may change the temperature."""
+        retunable = ("temperature",)
+
+    make = lambda cls, t: pe.TinyLM(12, d_model=32, n_layers=1, n_heads=2, position=cls(t))
+    base = run(make(Tempered, 1.0))
+    assert run(make(Tempered, 0.5), init=base, steps=2).config["init"] == base.key
+    with pytest.raises(ValueError, match="same architecture"):                   # not declared: all must match
+        run(make(Fixed, 0.5), init=run(make(Fixed, 1.0)))

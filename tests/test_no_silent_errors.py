@@ -108,6 +108,35 @@ def test_a_bias_of_minus_infinity_masks_a_distance():
     assert torch.isfinite(model(torch.zeros(1, 5, dtype=torch.long))).all()
 
 
+@pytest.mark.parametrize("hook, source", [
+    ("distance_bias", "def distance_bias(self, seq_len, device=None):\n    return None"),          # no dtype
+    ("distance_bias", "def distance_bias(self):\n    return None"),                                   # no length
+    ("rotate", "def rotate(self, q, k):\n    return q"),                                              # q and k apart
+    ("embed", "def embed(self, x, positions, scale):\n    return x"),                                # an extra argument
+    ("slopes", "def slopes(self, n_heads):\n    return None"),
+])
+def test_a_hook_with_another_signature_is_refused_at_construction_naming_the_right_one(hook, source):
+    namespace = {}
+    exec(source, namespace)
+    scheme = type("Mine", (pe.PositionScheme,), {hook: namespace[hook]})
+    with pytest.raises(ValueError, match=f"Mine\\.{hook}.*define it as {hook}\\(self"):
+        tiny(scheme())
+    if hook != "embed":                                                           # (no embedding per layer)
+        with pytest.raises(ValueError, match=f"Mine\\.{hook}"):                # in a per-layer list too
+            pe.TinyLM(12, d_model=32, n_layers=2, n_heads=2, position=[scheme(), "none"])
+
+
+def test_hooks_that_leave_out_positions_or_use_other_names_are_accepted():
+    class Named(pe.PositionScheme):
+        def distance_bias(self, n, *, device=None, dtype=None, **unused):
+            return -torch.arange(n, device=device, dtype=dtype).expand(self.n_heads, n)
+
+        def rotate(self, stacked):                                                   # contiguous ids only
+            return stacked
+
+    assert torch.isfinite(tiny(Named())(torch.zeros(1, 5, dtype=torch.long))).all()
+
+
 class Rotating(pe.PositionScheme):
     def __init__(self, change):
         super().__init__()

@@ -48,6 +48,7 @@ class RoPE(PositionScheme):
     """
 
     name = "rope"
+    retunable = ("base",)  # the frequencies only, no weights: ABF changes it on a trained model
 
     def __init__(self, base: float = 10000.0, *, interleaved: bool = False, partial: float = 1.0,
                  original_max_position: Optional[int] = None) -> None:

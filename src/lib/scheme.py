@@ -116,6 +116,19 @@ def position_scheme(position: Any, **options: Any) -> "PositionScheme":
     return factory(**options)
 
 
+def retunable_options(config: Dict[str, Any]) -> Tuple[str, ...]:
+    """The :attr:`PositionScheme.retunable` options of the scheme whose :meth:`~PositionScheme.config` is ``config``.
+
+    A built-in scheme by its registered name; a class of yours lists them in its config.
+
+    >>> retunable_options({"scheme": "rope", "base": 10000.0}), retunable_options({"scheme": "alibi"})
+    (('base',), ())
+    """
+    name = config.get("scheme")
+    return tuple(getattr(_REGISTRY.get(name), "retunable", ()) if isinstance(name, str) else ()) \
+        or tuple(config.get("retunable", ()))
+
+
 def _option_names(factory: Callable[..., Any]) -> list:
     try:
         return [p for p, v in inspect.signature(factory).parameters.items()
@@ -240,6 +253,10 @@ class PositionScheme(nn.Module):
 
     #: The registered name of a built-in scheme; the class name for yours.
     name: ClassVar[str] = "custom"
+    #: Options (keys of :meth:`config`) that set no weights, so a fine-tune
+    #: (``pe.train(init=...)``) may start from a model where they differ: RoPE's
+    #: ``base`` (ABF raises it while training on). Everything else must match.
+    retunable: ClassVar[Tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -365,6 +382,8 @@ class PositionScheme(nn.Module):
                 out[key] = list(value) if isinstance(value, tuple) else value
         if not builtin:
             out["source"] = _source_hash(cls)
+            if cls.retunable:
+                out["retunable"] = list(cls.retunable)
             if self.__dict__.get("_initial_hash") is not None:  # set by snapshot()
                 out["initial"] = self.__dict__["_initial_hash"]
         return out
@@ -446,8 +465,34 @@ class NoPE(PositionScheme):
     name = "none"
 
 
+# how the model calls each hook: (positional, keyword) arguments, and the signature to tell a scheme's author
+_HOOK_CALLS = {"embed": ((None,), {}, "embed(self, x, positions=None)"),
+               "rotate": ((None,), {}, "rotate(self, qk, positions=None)"),
+               "distance_bias": ((1,), dict(device=None, dtype=None), "distance_bias(self, length, *, device, dtype)"),
+               "slopes": ((), {}, "slopes(self)")}
+
+
+def _check_hook_signatures(scheme: "PositionScheme") -> None:
+    """``ValueError`` naming the expected signature if an overridden hook cannot be called as the model calls it."""
+    for hook, (args, kwargs, expected) in _HOOK_CALLS.items():
+        method = getattr(type(scheme), hook, None)
+        if method is getattr(PositionScheme, hook) or not callable(method):
+            continue
+        try:
+            signature = inspect.signature(getattr(scheme, hook))
+        except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature: let the call decide
+            continue
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError:
+            raise ValueError(f"{type(scheme).__name__}.{hook}{signature} cannot be called as the model calls it; "
+                             f"define it as {expected}") from None
+
+
 def _bind_checked(scheme: "PositionScheme", *, d_model: int, n_heads: int, n_layers: int) -> None:
-    """``scheme.bind(...)``, refused (``ValueError``) if the scheme's ``bind`` did not record the sizes."""
+    """``scheme.bind(...)``, refused (``ValueError``) if the scheme's ``bind`` did not record the sizes
+    or a hook it overrides has another signature than the model's call."""
+    _check_hook_signatures(scheme)
     scheme.bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
     if (scheme.d_model, scheme.n_heads, scheme.n_layers) != (d_model, n_heads, n_layers):
         raise ValueError(f"{type(scheme).__name__}.bind() must call super().bind(d_model=..., n_heads=..., "

@@ -46,6 +46,7 @@ from .model import TinyLM
 from ._validate import check_int, check_number, make_module_callable
 from .evaluate import LengthResult, _check_data, _positive, evaluate_lengths, evaluation_batches  # noqa: F401
 from .sampling import _check_sampling, sample_positions
+from .scheme import retunable_options
 from .runtime import _exclusive, _stray_temporaries, cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
@@ -184,19 +185,18 @@ def run_key(config: Dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-#: Schemes whose ``base`` only sets the rotation's frequencies (no weights): a fine-tune may change it.
-_BASE_FREE = ("rope", "p_rope")
-
-
 def _architecture(model_config: Dict[str, Any]) -> Any:
-    """A model config as plain JSON values, the base of RoPE-style schemes left out (ABF changes it, not the weights)."""
-    def strip(position: Dict[str, Any]) -> Dict[str, Any]:
+    """A model config as plain JSON values, without the options a fine-tune may change (:func:`retunable_options`)."""
+    def strip(position: Any) -> Any:
+        if not isinstance(position, dict):
+            return position
         if position.get("scheme") == "layers":
             return dict(position, layers=[strip(p) for p in position["layers"]])
-        return {k: v for k, v in position.items() if not (k == "base" and position.get("scheme") in _BASE_FREE)}
+        free = retunable_options(position)
+        return {k: v for k, v in position.items() if k not in free}
 
     plain = json.loads(json.dumps(model_config, default=str))
-    return dict(plain, position=strip(plain["position"])) if isinstance(plain.get("position"), dict) else plain
+    return dict(plain, position=strip(plain.get("position")))
 
 
 def _adamw(groups: List[Dict[str, Any]], lr: float) -> torch.optim.Optimizer:
@@ -439,7 +439,8 @@ def train(
         if not isinstance(init, TrainResult):
             raise ValueError(f"init must be the TrainResult of an earlier pe.train run, got {type(init).__name__}")
         if _architecture(init.config["model"]) != _architecture(model.config):
-            raise ValueError("init= must come from a model of the same architecture (only a RoPE base may differ): "
+            raise ValueError("init= must come from a model of the same architecture (only a RoPE base may differ, or what "
+                             "a scheme of yours lists in its class attribute `retunable`): "
                              f"the earlier run has {init.config['model']}, this model {model.config}")
         init_state = {k: v.detach().clone() for k, v in init.model.state_dict().items()}
         ours = {p.data_ptr() for p in init.model.parameters()}
