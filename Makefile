@@ -50,7 +50,7 @@ book: venv
 	@echo "The website is in $(SITE)/index.html"
 
 test: venv
-	OMP_NUM_THREADS=$(THREADS) POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest tests chapters --nbval-lax -p no:cacheprovider \
+	OMP_NUM_THREADS=$(THREADS) POSENC_SIZE=$(SIZE) POSENC_PROGRESS=0 $(BIN)/python -m pytest tests chapters --nbval-lax -p no:cacheprovider \
 		-n $(JOBS) --dist loadfile
 ifneq ($(strip $(COLAB_QUICK)),)
 	@$(MAKE) --no-print-directory colab-check CHAPTERS="$(COLAB_QUICK)"
@@ -63,7 +63,7 @@ test-lib: venv
 	$(BIN)/python -m pytest tests -p no:cacheprovider
 
 test-notebooks: venv
-	OMP_NUM_THREADS=$(THREADS) POSENC_SIZE=$(SIZE) $(BIN)/python -m pytest chapters --nbval-lax -p no:cacheprovider \
+	OMP_NUM_THREADS=$(THREADS) POSENC_SIZE=$(SIZE) POSENC_PROGRESS=0 $(BIN)/python -m pytest chapters --nbval-lax -p no:cacheprovider \
 		-n $(JOBS) --dist loadfile
 
 # The chapters that train, again on the other CPU kernel set, POSENC_SEED=1 and an empty run cache.

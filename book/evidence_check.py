@@ -81,6 +81,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="posenc-evidence-") as cache:
         jobs = min(args.jobs, len(chapters))
         env = dict(os.environ, ATEN_CPU_CAPABILITY=kernels, POSENC_SEED=args.seed, POSENC_CACHE=cache,
+                   POSENC_PROGRESS="0",  # no progress widgets: nbval reads no messages while a cell runs
                    POSENC_SIZE=os.environ.get("POSENC_SIZE", "small"),
                    OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // jobs)))
         parallel = ["-n", str(jobs), "--dist", "loadfile"] if jobs > 1 else []

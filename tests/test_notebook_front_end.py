@@ -65,7 +65,7 @@ def lab(tmp_path_factory):
     labconfig.mkdir(parents=True)      # no "get Jupyter news?" prompt, which would ask for an outside feed
     (labconfig / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
-    env = {k: v for k, v in os.environ.items() if k != "POSENC_STATIC"}
+    env = {k: v for k, v in os.environ.items() if k not in ("POSENC_STATIC", "POSENC_PROGRESS")}
     env.update(JUPYTER_RUNTIME_DIR=str(root / "runtime"), JUPYTER_CONFIG_DIR=str(root / "config"),
                IPYTHONDIR=str(root / "ipython"), OMP_NUM_THREADS="1")
     port = _free_port()

@@ -330,6 +330,16 @@ def test_training_is_the_same_whatever_the_thread_count():
         T.train(small_model(), CHAIN, **FAST, cpu_threads=0)
 
 
+@pytest.mark.parametrize("value, shown", [("", True), ("1", True), ("0", False), ("off", False), ("False", False)])
+def test_posenc_progress_zero_turns_the_bar_off(monkeypatch, value, shown):
+    monkeypatch.delenv("POSENC_STATIC", raising=False)
+    monkeypatch.setenv("POSENC_PROGRESS", value)
+    with T._progress_bar(5, "rope", True) as bar:
+        assert bar.disable is not shown
+    with T._progress_bar(5, "rope", False) as bar:  # progress=False wins whatever the variable says
+        assert bar.disable
+
+
 def test_a_saved_notebook_shows_the_progress_bar_in_its_final_state(tmp_path):
     """Run headless (as nbconvert or a CI job would), a notebook keeps the bar's last state, not '0%| | 0/30'."""
     nbformat = pytest.importorskip("nbformat")
@@ -340,7 +350,7 @@ def test_a_saved_notebook_shows_the_progress_bar_in_its_final_state(tmp_path):
             "model = pe.TinyLM(task.vocab_size, 16, 1, 2, position='rope')\n"
             "result = pe.train(model, task, steps=30, seq_len=16, batch_size=4, cache=False)")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    env = {k: v for k, v in os.environ.items() if k != "POSENC_STATIC"}
+    env = {k: v for k, v in os.environ.items() if k not in ("POSENC_STATIC", "POSENC_PROGRESS")}
     client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     old = dict(os.environ)
     os.environ.clear()

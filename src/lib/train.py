@@ -235,10 +235,13 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
     static = os.environ.get("POSENC_STATIC", "").strip().lower() not in ("", "0", "false", "no")
-    # mininterval: at most one refresh per second. In a notebook every refresh
-    # is a few widget messages, and a client that does not read them while a
-    # cell runs (nbval) drops messages beyond ZeroMQ's high-water mark (1000).
-    options = dict(total=total, desc=desc, disable=not enabled or static, leave=False, mininterval=1.0)
+    # $POSENC_PROGRESS=0 turns the bars off. In a notebook every refresh is a
+    # few widget messages, and a client that does not read them while a cell
+    # runs (nbval) drops those beyond ZeroMQ's high-water mark (1000), the
+    # cell's closing messages among them: the test runs set it. mininterval:
+    # at most one refresh per second for everyone else.
+    silenced = os.environ.get("POSENC_PROGRESS", "").strip().lower() in ("0", "false", "no", "off")
+    options = dict(total=total, desc=desc, disable=not enabled or static or silenced, leave=False, mininterval=1.0)
     if options["disable"] or "tqdm.notebook" not in {c.__module__ for c in tqdm.__mro__}:  # terminal: tqdm's own
         return tqdm(**options)
 
@@ -377,7 +380,8 @@ def train(
         seed: seeds the initialisation, the batches and dropout.
         device: default :func:`posenc.pick_device`.
         cache: load from / save to the run cache.
-        progress: show a tqdm progress bar (never on the static website build).
+        progress: show a tqdm progress bar (never on the static website build,
+            nor where ``$POSENC_PROGRESS`` is ``0``).
         cpu_threads: torch threads while training on the CPU (restored after;
             ``None`` leaves the setting alone). One thread by default: the tiny
             models are dominated by per-operation overhead, and the trained
