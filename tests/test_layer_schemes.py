@@ -82,6 +82,17 @@ def test_bad_lists_are_refused(position, attention, match):
         pe.TinyLM(V, 16, 2, 2, position=position, attention=attention)
 
 
+@pytest.mark.parametrize("kind", ["linear", "norm", "decay", "gated"])
+def test_alibi_on_a_linear_layer_is_refused_naming_the_decay_that_carries_its_slopes(kind):
+    with pytest.raises(ValueError, match="attention='decay', decay='alibi'"):
+        pe.TinyLM(V, 16, 1, 2, position="alibi", attention=kind)
+    with pytest.raises(ValueError, match="only softmax") as refused:                  # other biases: no such hint
+        pe.TinyLM(V, 16, 1, 2, position="t5", attention=kind)
+    assert "decay=" not in str(refused.value)
+    decayed = pe.TinyLM(V, 16, 1, 2, position="none", attention="decay", decay="alibi")   # the route it names
+    assert torch.allclose(decayed.blocks[0].attn.log_decay.exp(), pe.decay_rates("alibi", 2, dtype=torch.float64))
+
+
 def test_a_bias_on_the_softmax_layer_of_a_hybrid_is_allowed():
     model = pe.TinyLM(V, 16, 2, 2, position=["rope", "alibi"], attention=["linear", "softmax"])
     assert torch.isfinite(model(tokens(40))).all()

@@ -239,9 +239,11 @@ class TinyLM(nn.Module):
         for i, kd in enumerate(kinds):
             own = scheme.layer(i) if isinstance(scheme, LayerSchemes) else scheme
             if own.biases and kd != "softmax":
+                hint = (" ALiBi's slopes act on a linear state as a decay: position='none', attention='decay', "
+                        "decay='alibi'" if own.name == "alibi" else "")
                 raise ValueError(f"position={own.name!r} adds a bias to the attention logits, which only softmax "
                                  f"layers have; attention={kinds} (linear kinds take rotations and absolute "
-                                 "schemes)")
+                                 f"schemes).{hint}")
 
         self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
         self.attention_kinds = kinds
