@@ -152,6 +152,9 @@ def test_glue_returns_the_text_outside_a_kernel():
             pe.glue(bad_name, 1.0)
     with pytest.raises(ValueError, match="glue takes"):
         pe.glue("v", [1.0])
+    for math in ["at $L$", "$8L$", "costs $"]:  # the page would show the dollars: math stays in the markdown
+        with pytest.raises(ValueError, match="math is not rendered"):
+            pe.glue("m", math)
 
 
 def test_glue_reaches_myst_nb_in_a_kernel():

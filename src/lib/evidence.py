@@ -403,7 +403,8 @@ def glue(name: str, value: Any, spec: str = ".3f") -> str:
     """Hand ``value``, formatted with ``spec``, to the page's prose as ``{glue:text}`name```; return the text.
 
     A :class:`Spread` becomes ``"mean (low–high)"``, a number ``format(value,
-    spec)``, a string stays as it is. The text is glued with myst-nb (the
+    spec)``, a string stays as it is (without math: ``$`` is refused, since
+    the page shows glued text as written). The text is glued with myst-nb (the
     website's build reads it from the executed notebook); where myst-nb is
     not installed or no kernel runs (Colab, a script) nothing is displayed.
     """
@@ -415,6 +416,9 @@ def glue(name: str, value: Any, spec: str = ".3f") -> str:
         text = format(value if isinstance(value, Spread) else _leaf(value), spec)
     else:
         raise ValueError(f"glue takes a number, a Spread or a string, got {type(value).__name__}")
+    if "$" in text:  # {glue:text} pastes characters: "$L$" would reach the page as written
+        raise ValueError(f"glued text is shown as it is, math is not rendered in it: keep the math in the markdown "
+                         f"around {{glue:text}}`{name}`, got {text!r}")
     try:
         from IPython import get_ipython
         from myst_nb import glue as myst_glue
