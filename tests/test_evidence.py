@@ -55,6 +55,15 @@ def test_spread_is_mean_min_max(values):
     assert s.width == s.high - s.low >= 0
 
 
+@given(st.lists(st.floats(-10, 10), min_size=1, max_size=5), st.lists(st.floats(-10, 10), min_size=1, max_size=5))
+def test_spread_versus_names_an_ordering_only_where_the_ranges_separate(a, b):
+    x, y = pe.spread(a), pe.spread(b)
+    word = x.versus(y)
+    assert word == ("below" if max(a) < min(b) else "above" if min(a) > max(b) else "within seed noise of")
+    assert y.versus(x) == {"below": "above", "above": "below"}.get(word, word)                     # antisymmetric
+    assert x.versus(y, "lower", "higher", "tied") == {"below": "lower", "above": "higher"}.get(word, "tied")
+
+
 def test_spread_of_nested_results_and_tensors():
     per_seed = [{"rope": {64: 0.1, 128: torch.tensor(0.5)}, "acc": torch.tensor([1.0, 0.5])},
                 {"rope": {64: 0.3, 128: np.float64(0.7)}, "acc": torch.tensor([0.0, 0.5])}]

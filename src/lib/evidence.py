@@ -126,6 +126,11 @@ class Spread:
         """Every value of ``self`` is above every value of ``other`` by more than ``margin``."""
         return self.low - margin > _high(other)
 
+    def versus(self, other: Union["Spread", Number], below: str = "below", above: str = "above",
+               tie: str = "within seed noise of") -> str:
+        """The word for ``self`` against ``other``: ``below`` or ``above`` where the seed ranges separate, else ``tie``."""
+        return below if self.below(other) else above if self.above(other) else tie
+
     def __format__(self, spec: str) -> str:
         spec = spec or ".3f"
         if len(self.values) == 1:
