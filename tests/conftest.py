@@ -12,3 +12,10 @@ settings.load_profile("posenc")
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _no_evaluation_cache(monkeypatch):
+    # Every test measures: an evaluation served from the cache would make a test of evaluation vacuous
+    # (tests/test_evalcache.py turns it on in a folder of its own).
+    monkeypatch.setenv("POSENC_EVAL_CACHE", "0")

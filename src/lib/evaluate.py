@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from . import _evalcache
 from .data import IGNORE_INDEX
 from .model import TinyLM
 from ._validate import check_int, check_number
@@ -86,6 +87,7 @@ def evaluate_lengths(
     max_tokens: int = 16384,
     position_sampling: Optional[str] = None,
     max_position: Optional[int] = None,
+    cache: bool = True,
 ) -> Dict[int, LengthResult]:
     """Loss, perplexity and accuracy of ``model`` at each evaluation length.
 
@@ -113,6 +115,10 @@ def evaluate_lengths(
             (as PoSE is evaluated); ``"randomized"`` draws sorted ids from
             ``[0, max_position)`` for every sequence, as Ruoss et al. evaluate
             (a generator seeded by ``seed``; ``max_position >= n``).
+        cache: keep the result in the evaluation cache (``$POSENC_CACHE/evals``)
+            and return it when the same weights, settings, data and arguments
+            are evaluated again (:mod:`posenc._evalcache`; ``POSENC_EVAL_CACHE=0``
+            turns it off everywhere).
 
     Returns:
         ``{n: LengthResult}`` in the order of ``lengths``.
@@ -132,9 +138,16 @@ def evaluate_lengths(
         raise ValueError(f"position_sampling at evaluation must be None (contiguous ids; PoSE is evaluated so) or "
                          f"'randomized' (Ruoss et al.), got {position_sampling!r}")
     _check_sampling(position_sampling, max(lengths), max_position)  # max_position >= every length
+    seed = check_int("seed", seed, low=0)
     ids_generator = torch.Generator().manual_seed(seed + 1)
     if device is None:
         device = next(model.parameters()).device
+    key = _evalcache.evaluation_key("evaluate_lengths", model, data, device, lengths=lengths, batches=batches,
+                                    seed=seed, batch_size=batch_size, split=split, max_tokens=max_tokens,
+                                    position_sampling=position_sampling, max_position=max_position) if cache else None
+    stored = _evalcache.load(key, lambda saved: _length_results(saved, lengths))
+    if stored is not None:
+        return stored
     was_training = model.training
     model.eval()
     use_bf16 = torch.device(device).type == "cuda"
@@ -164,6 +177,20 @@ def evaluate_lengths(
         position_loss = torch.where(count > 0, loss_sum / count.clamp(min=1), torch.full_like(count, float("nan")))
         out[n] = LengthResult(n, loss, math.exp(min(loss, 700.0)), correct / tokens, tokens, position_loss)
     model.train(was_training)
+    _evalcache.save(key, [[r.length, r.loss, r.ppl, r.accuracy, r.tokens, r.position_loss] for r in out.values()])
+    return out
+
+
+def _length_results(saved: Any, lengths: Sequence[int]) -> Dict[int, LengthResult]:
+    """A cached :func:`evaluate_lengths` result, checked against the lengths asked for (raises if it does not fit)."""
+    if not isinstance(saved, list) or [row[0] for row in saved] != list(lengths):
+        raise ValueError("it holds other lengths")
+    out = {}
+    for n, loss, ppl, accuracy, tokens, position_loss in saved:
+        if not (isinstance(position_loss, torch.Tensor) and position_loss.shape == (n,) and 0 <= accuracy <= 1
+                and tokens > 0):
+            raise ValueError(f"its result at length {n} is malformed")
+        out[n] = LengthResult(int(n), float(loss), float(ppl), float(accuracy), int(tokens), position_loss.double())
     return out
 
 

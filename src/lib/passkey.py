@@ -32,6 +32,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
+from . import _evalcache
 from ._validate import check_int, check_number
 from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
 
@@ -126,6 +127,7 @@ def passkey_accuracy(
     *,
     batch_size: int = 32,
     device: Optional[torch.device] = None,
+    cache: bool = True,
 ) -> torch.Tensor:
     """Exact-match accuracy of ``model`` on passkey retrieval, by length and depth.
 
@@ -146,6 +148,10 @@ def passkey_accuracy(
         seed: seeds the sequences.
         batch_size: sequences per forward pass.
         device: default: the device of the model's parameters (CPU if none).
+        cache: keep the result in the evaluation cache and return it when the
+            same weights, settings, task and arguments come again (as
+            :func:`posenc.evaluate_lengths`; a model that is not a
+            ``torch.nn.Module`` is never cached).
 
     Returns:
         ``(len(lengths), len(depths))`` float64 tensor of accuracies in ``[0, 1]``
@@ -162,6 +168,12 @@ def passkey_accuracy(
     lengths = [check_int("every length", n, low=data.min_len) for n in lengths]
     if device is None:
         device = next((p.device for p in getattr(model, "parameters", lambda: iter(()))()), torch.device("cpu"))
+    key = _evalcache.evaluation_key("passkey_accuracy", model, data, device, lengths=lengths, depths=depths,
+                                    samples=samples, seed=seed, batch_size=batch_size) if cache else None
+    shape = (len(lengths), len(depths))
+    stored = _evalcache.load(key, lambda saved: _accuracy_grid(saved, shape))
+    if stored is not None:
+        return stored
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
@@ -178,7 +190,16 @@ def passkey_accuracy(
             out[a, b] = correct / samples
     if hasattr(model, "train"):
         model.train(was_training)
+    _evalcache.save(key, out)
     return out
+
+
+def _accuracy_grid(saved: Any, shape: tuple) -> torch.Tensor:
+    """A cached :func:`passkey_accuracy` grid, checked (raises if it is not a grid of accuracies of ``shape``)."""
+    if not (isinstance(saved, torch.Tensor) and saved.dtype == torch.float64 and tuple(saved.shape) == shape
+            and bool(((saved >= 0) & (saved <= 1)).all())):
+        raise ValueError(f"it is not a {shape} grid of accuracies")
+    return saved
 
 
 def _score(length: int, value: Any) -> float:
