@@ -456,6 +456,28 @@ class TinyLM(nn.Module):
         """Number of trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
+    def state_numbers(self, n: int) -> int:
+        """Numbers one head keeps, summed over the layers, to generate token ``n + 1`` after reading ``n`` tokens.
+
+        A softmax layer keeps a key and a value (``2 * head_dim`` numbers) for
+        every token it may still attend to: all ``n``, or at most ``window +
+        sinks``; a diag layer (TransNormer's local one) those of its current
+        block, at most ``block_size``; a linear layer its state ``S``
+        (``head_dim x head_dim``) and normaliser ``z`` (``head_dim``); a norm,
+        decay or gated layer ``S`` alone (it has no denominator). Only the
+        first grows with ``n``.
+        """
+        n, d = check_int("n", n), self.d_model // self.n_heads
+        total = 0
+        for kind, block, window in zip(self.attention_kinds, self.blocks, self._layer_windows()):
+            if kind == "softmax":
+                total += 2 * d * (n if window is None else min(n, window + self.sinks))
+            elif kind == "diag":
+                total += 2 * d * min(n, block.attn.block_size)
+            else:
+                total += d * d + (d if kind == "linear" else 0)
+        return total
+
     # ---------------------------------------------------------------- position
 
     def _log_n_scale(self, t: int, device: torch.device, window: Optional[int]) -> Optional[torch.Tensor]:
