@@ -199,6 +199,7 @@ from .evidence import (
     per_seed,
     train_seeds,
     separated,
+    verdict,
     glue,
 )
 from .runtime import (
@@ -351,6 +352,7 @@ __all__ = [
     "per_seed",
     "train_seeds",
     "separated",
+    "verdict",
     "glue",
     "run_key",
     "train",
