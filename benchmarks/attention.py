@@ -19,6 +19,8 @@ much a ratio moves from run to run on the machine.
 ``KERPLE log/power``      :func:`posenc.relative_attention`, learned table per distance
 ``Sandwich``, ``T5 bias``     the same with their tables
 ``window 512``            :func:`posenc.relative_attention` with ``window=512``
+``ReRoPE 512``            :func:`posenc.rerope_attention`, window 512 (rotations included)
+``Self-Extend 4, 512``    :func:`posenc.self_extend_attention`, groups of 4, window 512
 ========================  ====================================================
 
 Memory is the peak of what one call allocates beyond its inputs: from the
@@ -69,7 +71,7 @@ import posenc as pe
 
 RESULTS = Path(__file__).resolve().parent / "results" / "attention.csv"
 SCHEMES = ("causal SDPA", "naive", "RoPE", "xPos", "ALiBi", "ALiBi, stored bias",
-           "KERPLE log", "KERPLE power", "Sandwich", "T5 bias", "window 512",
+           "KERPLE log", "KERPLE power", "Sandwich", "T5 bias", "window 512", "ReRoPE 512", "Self-Extend 4, 512",
            "ALiBi [fold]", "ALiBi [chunked]", "Sandwich [chunked]", "Sandwich [bias]")
 #: ``"<scheme> [path]"``: the scheme through one explicit path of :func:`posenc.relative_attention`,
 #: to check that "auto" (the scheme's own row) is never much slower than the best of them.
@@ -132,6 +134,10 @@ def make_case(scheme: str, n: int, device: torch.device, dtype: torch.dtype) -> 
         return lambda q, k, v: pe.attention(q, k, v, bias=bias)
     if scheme == "window 512":
         return lambda q, k, v: pe.relative_attention(q, k, v, window=512)
+    if scheme == "ReRoPE 512":  # exact two-pass forms: one flash call per pass at inference on a CPU
+        return lambda q, k, v: pe.rerope_attention(q, k, v, 512)
+    if scheme == "Self-Extend 4, 512":
+        return lambda q, k, v: pe.self_extend_attention(q, k, v, 4, 512)
     if scheme.startswith("KERPLE"):
         kernel = pe.KerpleBias(HEADS, kind=scheme.split()[1], generator=torch.Generator().manual_seed(0)).to(device)
         # learned: the table is rebuilt from r1, r2 at every call, as in training

@@ -2,6 +2,8 @@
 
 import math
 
+from hypothesis import given, settings, strategies as st
+
 import pytest
 import torch
 
@@ -163,3 +165,49 @@ def test_a_model_trains_with_rerope():
     result = pe.train(model, data, steps=30, seq_len=32, batch_size=8, lr=1e-2, cache=False, progress=False)
     assert all(map(math.isfinite, result.losses)) and result.losses[-1] < result.losses[0]
     assert result.config["train"]["rope_scaling"] == {"method": "rerope", "window": 8}
+
+
+def _spy_on_the_flash_path():
+    from unittest import mock
+
+    from posenc import rerope
+    return mock.patch.object(rerope, "_band_and_triangle", wraps=rerope._band_and_triangle)
+
+
+@pytest.mark.skipif(getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None) is None,
+                    reason="this torch has no CPU flash attention with log-sum-exp")
+@given(n=st.integers(1, 200), window=st.integers(1, 80), group=st.integers(1, 5), heads=st.integers(1, 3),
+       dtype=st.sampled_from([torch.float64, torch.float32]), self_extend=st.booleans())
+@settings(max_examples=40)
+def test_inference_on_a_cpu_merges_band_and_triangle_exactly(n, window, group, heads, dtype, self_extend):
+    """Without gradients the two passes run as flash attention over a band and a shifted triangle, merged by their
+    log-sum-exps: equal to the explicit two-pass softmax (return_weights) and to the reference."""
+    g = torch.Generator().manual_seed(n * 7 + window)
+    q, k, v = (torch.randn(2, heads, n, 8, generator=g, dtype=dtype) for _ in range(3))
+    call = ((lambda **kw: pe.self_extend_attention(q, k, v, group, window, **kw)) if self_extend
+            else (lambda **kw: pe.rerope_attention(q, k, v, window, **kw)))
+    with torch.no_grad(), _spy_on_the_flash_path() as spy:
+        fast = call()
+        explicit = call(return_weights=True)[0]
+    assert spy.call_count == 1, "the flash path was not taken"
+    tol = 1e-12 if dtype == torch.float64 else 2e-6
+    assert torch.allclose(fast, explicit, atol=tol, rtol=0)
+    if dtype == torch.float64 and n <= 60:
+        rel = pe.self_extend_positions(n, group, window) if self_extend else pe.rerope_positions(n, window)
+        assert torch.allclose(fast, reference(q, k, v, rel, pe.causal_mask(n))[0], atol=1e-10)
+
+
+def test_the_flash_path_is_kept_for_inference_only():
+    q, k, v = qkv(30, d=8)
+    v = torch.randn(2, 3, 30, 8, dtype=torch.float64)
+    q.requires_grad_()
+    with _spy_on_the_flash_path() as spy:
+        out = pe.rerope_attention(q, k, v, 4)       # gradients wanted: the log-sum-exp has none, the fused path runs
+        assert spy.call_count == 0 and out.requires_grad
+        with torch.no_grad():
+            pe.rerope_attention(q, k, v, 4, mask_window=10, sinks=2)      # a mask window: the fused path
+            pe.rerope_attention(q[:, :, -5:], k, v, 4)                    # fewer queries than keys (decoding)
+            pe.rerope_attention(q, k, v[..., :5], 4)                      # another value width
+            assert spy.call_count == 0
+            pe.rerope_attention(q, k, v, 4)
+        assert spy.call_count == 1
