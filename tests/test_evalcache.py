@@ -182,3 +182,11 @@ def test_cached_results_equal_measured_ones(tmp_path_factory, lengths, seed, pos
             again = pe.evaluate_lengths(m, CHAIN, lengths, batches=1, seed=seed)
         assert forward.call_count == 0
         assert same(first, again) and same(again, pe.evaluate_lengths(m, CHAIN, lengths, batches=1, seed=seed, cache=False))
+
+
+def test_a_dead_writers_temporary_file_is_removed_when_an_entry_is_written(cache):
+    cache.mkdir(parents=True)
+    dead = cache / "0123456789abcdef.pt.tmp999999999.deadbeef"     # no such process
+    dead.write_bytes(b"half a file")
+    pe.evaluate_lengths(model(), CHAIN, [16], batches=1)
+    assert not dead.exists() and len(list(cache.glob("*.pt"))) == 1

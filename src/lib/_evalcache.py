@@ -29,14 +29,13 @@ import functools
 import hashlib
 import json
 import os
-import uuid
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
-from .runtime import cache_dir
+from .runtime import _atomic_save, cache_dir
 from .scheme import _source_hash
 
 _VERSION = 1
@@ -166,21 +165,9 @@ def save(key: Optional[str], result: Any) -> None:
     """Store ``result`` under ``key`` atomically; a cache that cannot be written is warned about once."""
     if key is None:
         return
-    tmp = None
     try:
-        path = _path(key)
-        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(dict(key=key, result=result), tmp)
-        os.replace(tmp, path)
-    except BaseException as err:  # read-only folder, no home, full disk, Ctrl-C: no half-written file stays
-        if tmp is not None:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
-        if not isinstance(err, Exception):
-            raise
+        _atomic_save(dict(key=key, result=result), _path(key))
+    except Exception as err:  # read-only folder, no home, full disk: no half-written file stays
         _warn_unwritable(f"{type(err).__name__}: {err}")
 
 

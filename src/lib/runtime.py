@@ -18,6 +18,7 @@ import io
 import os
 import random
 import re
+import uuid
 from importlib import resources
 from pathlib import Path
 from typing import Dict, Iterator, List
@@ -140,6 +141,27 @@ def _stray_temporaries(path: Path) -> None:
         alive = pid.isdigit() and int(pid) != os.getpid() and _process_alive(int(pid))
         if not alive:
             tmp.unlink(missing_ok=True)
+
+
+def _atomic_save(obj: object, path: Path) -> None:
+    """``torch.save(obj)`` to ``path`` whole or not at all: a unique temporary file beside it, then a rename.
+
+    Whatever stops it (a read-only folder, a full disk, Ctrl-C) removes the
+    temporary file and is raised; temporaries left by writers that died are
+    removed first (:func:`_stray_temporaries`).
+    """
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _stray_temporaries(path)
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
 
 
 def _process_alive(pid: int) -> bool:

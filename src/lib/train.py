@@ -32,7 +32,6 @@ import json
 import math
 import os
 import time
-import uuid
 import warnings
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -47,7 +46,7 @@ from ._validate import check_int, check_number, make_module_callable
 from .evaluate import LengthResult, _check_data, _positive, evaluate_lengths, evaluation_batches  # noqa: F401
 from .sampling import _check_sampling, sample_positions
 from .scheme import retunable_options
-from .runtime import _exclusive, _stray_temporaries, cache_dir, pick_device, running_mode, seed_everything
+from .runtime import _atomic_save, _exclusive, _stray_temporaries, cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
     "TrainResult",
@@ -294,18 +293,9 @@ def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.d
 
 def _save_run(path: Path, payload: Dict[str, Any]) -> None:
     """Write ``payload`` to ``path`` atomically (a unique temporary file, then a rename); warn if impossible."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException as err:  # read-only folder, no home, full disk, Ctrl-C: no half-written file stays
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        if not isinstance(err, Exception):
-            raise
+        _atomic_save(payload, path)
+    except Exception as err:  # read-only folder, no home, full disk: no half-written file stays
         warnings.warn(f"could not write the run cache {path} ({type(err).__name__}: {err}); the trained "
                       "model is returned but will be trained again next time (set POSENC_CACHE to a writable "
                       "folder to keep it)", RuntimeWarning, stacklevel=3)
