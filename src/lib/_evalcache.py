@@ -106,9 +106,7 @@ def _model(model: torch.nn.Module) -> list:
                 if value:
                     raise _Uncacheable(f"{name or 'the model'} has hooks ({key})")
                 continue
-            if key in ("_parameters", "_buffers"):
-                value = {k: v for k, v in value.items()}
-            elif key == "_modules":
+            if key == "_modules":
                 value = sorted(value)  # the names; each submodule is described in its own entry
             entry[key] = _plain(value)
         described.append(entry)

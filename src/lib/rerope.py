@@ -114,9 +114,10 @@ def _two_pass(q, k, v, window, q_far, k_far, *, base, interleaved, inv_freq, rot
     if mask_window is not None:
         mask_window = check_int("mask_window", mask_window)
     q_pos, k_pos = q_pos.to(q.device), k_pos.to(q.device)
-    if (not return_weights and scale > 0 and mask_window is None and q.shape[2] == k.shape[2]
-            and _FLASH_WITH_LSE is not None and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
-            and q.dtype == k.dtype == v.dtype and v.shape[-1] == q.shape[-1] and not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)))):
+    wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if (not return_weights and scale > 0 and mask_window is None and not wants_grad and _FLASH_WITH_LSE is not None
+            and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and q.dtype == k.dtype == v.dtype
+            and q.shape[2] == k.shape[2] and v.shape[-1] == q.shape[-1]):
         return _band_and_triangle(q_near, k_near, q_far, k_far, v, window, scale, chunk)
     if not return_weights and scale > 0:  # the fused kernel, two copies of each key
         return torch.cat([_fused_chunk(q_near, k_near, q_far, k_far, v, q_pos, a, min(a + chunk, q.shape[2]), window,
@@ -167,8 +168,8 @@ def _band_and_triangle(q_near, k_near, q_far, k_far, v, window, scale, chunk):
     near_lse = lse[:, :, window:]
     top = torch.maximum(near_lse, far_lse)
     w_near, w_far = (near_lse - top).exp().unsqueeze(-1), (far_lse - top).exp().unsqueeze(-1)
-    merged = (w_near * out[:, :, window:] + w_far * far.to(out.dtype)) / (w_near + w_far)
-    return torch.cat((out[:, :, :window], merged.to(out.dtype)), dim=2)
+    merged = (w_near * out[:, :, window:] + w_far * far) / (w_near + w_far)
+    return torch.cat((out[:, :, :window], merged), dim=2)
 
 
 def _fused_chunk(q_near, k_near, q_far, k_far, v, q_pos, a, e, window, mask_window, sinks, scale):
