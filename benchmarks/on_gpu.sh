@@ -5,6 +5,7 @@
 # There, one step per command (each well under 10 minutes), with .gpu-kit carried along:
 #   bash benchmarks/on_gpu.sh tests           # install, then tests/test_cuda.py and the attention tests on CUDA
 #   bash benchmarks/on_gpu.sh bench           # attention benchmark in bf16, n = 512 ... 32768, and training throughput
+#   bash benchmarks/on_gpu.sh bench --lengths 8192 32768 --rounds 2   # shorter (arguments go to attention.py)
 #   bash benchmarks/on_gpu.sh chapters 07     # chapters in full mode, timed, executed notebooks kept
 # Results go to $OUT (the device tool's folder) or _build/gpu.
 set -euo pipefail
@@ -16,7 +17,11 @@ mkdir -p "$OUT"
 install() {
   $PY -c "import nbclient, plotly, ipykernel, ipywidgets" 2>/dev/null || \
     $PY -m pip install -q --no-index --find-links .gpu-kit/wheels plotly nbclient nbformat ipykernel ipywidgets
-  $PY -c "import posenc" 2>/dev/null || $PY -m pip install -q --no-index --no-deps --no-build-isolation -e .
+  $PY -c "import posenc" 2>/dev/null || $PY -m pip install -q --no-index --no-deps --no-build-isolation -e . || true
+  if ! $PY -c "import posenc" 2>/dev/null; then  # an old setuptools there: import the package from the tree
+    mkdir -p /tmp/posenc-path && ln -sfn "$PWD/src/lib" /tmp/posenc-path/posenc
+    export PYTHONPATH=/tmp/posenc-path${PYTHONPATH:+:$PYTHONPATH}
+  fi
   $PY -m ipykernel install --user --name python3 >/dev/null
   $PY -c "import torch, posenc; print('torch', torch.__version__, '|', torch.cuda.get_device_name(0), '| posenc', posenc.__file__)"
 }
@@ -31,7 +36,7 @@ case "$step" in
   bench)
     install
     gpu=$($PY -c "import torch; print(torch.cuda.get_device_name(0).split()[-1].lower())")
-    $PY benchmarks/attention.py --out "$OUT/attention-$gpu.csv" 2>&1 | tail -40
+    $PY benchmarks/attention.py --out "$OUT/attention-$gpu.csv" "$@" 2>&1 | tail -40
     $PY benchmarks/train_throughput.py --mode full 2>&1 | tail -20 | tee "$OUT/train_throughput.txt"
     cp benchmarks/results/train_throughput.csv "$OUT/train_throughput-$gpu.csv" ;;
   chapters)

@@ -113,3 +113,23 @@ def test_every_scheme_trains_under_bf16_autocast(device, scheme):
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_flex_compiles_at_every_length_without_falling_back(dtype):
+    """path="flex" must stay compiled FlexAttention: its fallback to the chunked path (exact, but many times
+    slower on a GPU) would let every other CUDA test pass, so here a fallback's warning is an error."""
+    from posenc import _flex as A
+
+    for n in (256, 384, 512, 640):
+        (q, k, v), table = _inputs(n, "cuda", dtype)
+        for kw in (dict(slopes=pe.alibi_slopes(H).to("cuda", dtype)), dict(distance_bias=table), dict(window=100)):
+            ref = pe.relative_attention(q.double(), k.double(), v.double(), path="naive",
+                                        **{key: val.double() if torch.is_tensor(val) else val for key, val in kw.items()})
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                out = pe.relative_attention(q, k, v, path="flex", **kw)
+            _close(out, ref, dtype, f"flex at n={n}, {sorted(kw)}")
+    assert not A._FLEX.get("broken")

@@ -237,7 +237,7 @@ def test_meta_tensors_give_shapes(path):
 
 
 def test_flex_refuses_a_backward_on_the_cpu_and_caches_normal_tensors():
-    from posenc.attention import _FLEX
+    from posenc._flex import _FLEX
 
     q, k, v = qkv(20)
     with pytest.raises(ValueError, match="chunked"):
@@ -293,3 +293,34 @@ def test_clear_errors_for_tensors_of_the_wrong_kind_or_layout():
         pe.relative_attention(qt, kt, vt, distance_bias=torch.zeros(H, 20))
     with pytest.raises(ValueError, match="k, v on seq"):
         pe.relative_attention(q, k, vt)
+
+
+def test_compiled_flex_keeps_one_entry_per_length_and_kind(monkeypatch):
+    """Compiled FlexAttention (CUDA's path), traced here by dynamo with a counting backend: each score kind is
+    its own compiled function with static shapes, so twelve lengths of one kind compile twelve times (past
+    dynamo's default limit of 8 entries, after which it would run eagerly and store the full score matrix),
+    and a second kind does not evict the first."""
+    from torch._dynamo.testing import CompileCounter
+
+    from posenc import _flex as A
+
+    counter, compile_ = CompileCounter(), torch.compile
+    monkeypatch.setattr(A, "_flex_compiles", lambda device: True)
+    monkeypatch.setattr(A, "_FLEX_COMPILED", {})
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=None: compile_(fn, dynamic=dynamic, backend=counter))
+    lengths = [48 + 16 * i for i in range(12)]
+    kinds = {"slopes": lambda n: dict(slopes=pe.alibi_slopes(H)),
+             "table + window": lambda n: dict(distance_bias=-torch.rand(H, n, dtype=torch.float64).cumsum(-1),
+                                              window=20)}
+    for kind, make in kinds.items():
+        for n in lengths:
+            q, k, v = qkv(n, batch=1)
+            kw = make(n)
+            with torch.no_grad():
+                out = pe.relative_attention(q, k, v, path="flex", **kw)
+            assert torch.allclose(out, pe.relative_attention(q, k, v, path="naive", **kw), atol=1e-10), (kind, n)
+    assert sorted(A._FLEX_COMPILED) == [(False, True), (True, False)]
+    assert counter.frame_count == len(kinds) * len(lengths)
+    with torch.no_grad():  # compiled entries are reused: no new frame for a length seen before
+        pe.relative_attention(*qkv(lengths[0], batch=1), path="flex", slopes=pe.alibi_slopes(H))
+    assert counter.frame_count == len(kinds) * len(lengths)

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Dict, Literal, Optional, Tuple, Union, overload
+from typing import Any, Callable, Dict, Literal, Optional, Tuple, Union, overload
 
 import torch
 import torch.nn.functional as F
 
 from ._validate import check_float_dtype as _float_dtype, check_int, check_number
 from ._validate import make_module_callable
+from ._flex import _FLEX, _flex_available, _path_flex
 from .autotune import choose_fastest, length_bucket
 from .entropy import attention_entropy, log_length_scale  # here too: they were first defined in this module
 from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _layout_hint, causal_mask
@@ -358,71 +359,23 @@ class _ChunkedBiasAttention(torch.autograd.Function):
         q, k, v, g, out = ctx.saved_tensors
         scale = ctx.scale
         k_rev, v_rev = k.flip(2), v.flip(2)
-        dq, dk_rev, dv_rev, dg = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(g)
+        # sums over chunks (dk, dv) and over a whole anti-diagonal (dg: up to n terms) in float32 at least:
+        # in bfloat16 they would round at every addition (CUDA's index_add_ adds one term at a time)
+        acc = torch.promote_types(q.dtype, torch.float32)
+        dq = torch.zeros_like(q)
+        dk_rev, dv_rev, dg = (torch.zeros_like(t, dtype=acc) for t in (k, v, g))
         for a, e, first, last in _chunks(q.shape[2], k.shape[2], ctx.window, ctx.chunk):
             qc, kc, vc = q[:, :, a:e], k_rev[:, :, first:last], v_rev[:, :, first:last]
             p = _softmax((qc @ kc.transpose(-2, -1)) * scale + _bias_block(g, a, e, first, last))  # (b, h, c, keys)
             do = d_out[:, :, a:e]
-            dv_rev[:, :, first:last] += p.transpose(-2, -1) @ do
+            dv_rev[:, :, first:last] += (p.transpose(-2, -1) @ do).to(acc)
             ds = p * (do @ vc.transpose(-2, -1) - (do * out[:, :, a:e]).sum(-1, keepdim=True))
             dq[:, :, a:e] = (ds @ kc) * scale
-            dk_rev[:, :, first:last] += (ds.transpose(-2, -1) @ qc) * scale
+            dk_rev[:, :, first:last] += ((ds.transpose(-2, -1) @ qc) * scale).to(acc)
             diag = (torch.arange(e - a, device=g.device)[:, None] + torch.arange(last - first, device=g.device)
                     + a + first)  # (c, keys): the index of g read at each entry
-            dg.index_add_(1, diag.flatten(), ds.sum(0).flatten(1))
-        return dq, dk_rev.flip(2), dv_rev.flip(2), dg, None, None, None
-
-
-_FLEX: Dict[str, Any] = {}
-
-
-def _flex_available(device: torch.device) -> bool:
-    try:
-        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401  (torch >= 2.5)
-        if device.type == "cuda":
-            import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _path_flex(q, k, v, scale, slopes, distance_bias, window):
-    """FlexAttention: the bias as a ``score_mod``, causal and window as a block mask (compiled on CUDA)."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    if q.device.type != "cuda":  # eager FlexAttention has no backward (and refuses inputs that need one)
-        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", 0) for t in (q, k, v, slopes, distance_bias)):
-            raise ValueError("path='flex' has no backward off CUDA (eager FlexAttention): use path='chunked'")
-        q, k, v = q.detach(), k.detach(), v.detach()
-    q_len, k_len = q.shape[2], k.shape[2]
-    offset = k_len - q_len
-    m = slopes.to(q.dtype) if slopes is not None else None
-    table = distance_bias.to(q.dtype) if distance_bias is not None else None
-    last = k_len - 1
-
-    def score_mod(score, b, h, q_idx, kv_idx):
-        dist = q_idx + offset - kv_idx
-        if m is not None:
-            score = score - m[h] * dist
-        if table is not None:
-            score = score + table[h, torch.clamp(dist, 0, last)]
-        return score
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        dist = q_idx + offset - kv_idx
-        return (dist >= 0) & (dist < window) if window is not None else dist >= 0
-
-    key = (str(q.device), q_len, k_len, window)
-    if key not in _FLEX:
-        if len(_FLEX) >= 16:
-            _FLEX.clear()
-        with torch.inference_mode(False):  # cached: usable (saved for backward) outside inference mode too
-            _FLEX[key] = create_block_mask(mask_mod, None, None, q_len, k_len, device=q.device)
-    compiled = q.device.type == "cuda"
-    if compiled and "kernel" not in _FLEX:
-        _FLEX["kernel"] = torch.compile(flex_attention, dynamic=False)
-    kernel = _FLEX["kernel"] if compiled else flex_attention
-    return kernel(q, k, v, score_mod=score_mod, block_mask=_FLEX[key], scale=scale)
+            dg.index_add_(1, diag.flatten(), ds.sum(0, dtype=acc).flatten(1))
+        return dq, dk_rev.flip(2).to(k.dtype), dv_rev.flip(2).to(v.dtype), dg.to(g.dtype), None, None, None
 
 
 def _timed_path(q, k, v, scale, slopes, distance_bias, window) -> str:
