@@ -1,7 +1,6 @@
 """Seeds, spreads and glued numbers (posenc.evidence)."""
 
 import math
-import os
 import warnings
 
 import numpy as np
@@ -152,54 +151,6 @@ def test_workers_give_the_runs_of_training_one_after_the_other(tmp_path, monkeyp
     assert all(torch.equal(a, b) for a, b in zip(results[1][2], results[2][2]))
     assert list(results[1][0]) == ["rope", "alibi"] and results[1][0]["rope"][0] != results[1][0]["rope"][1]
 
-
-
-def test_a_run_another_process_trains_is_left_for_later_not_waited_for(tmp_path, monkeypatch):
-    """Two notebooks side by side that need the same runs: while another process holds a run's lock,
-    train_seeds trains the next run here, then waits for the busy one and loads what that process saved."""
-    import fcntl
-    import threading
-
-    import posenc.evidence as E
-
-    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
-    task = pe.MarkovChain(vocab_size=4, order=1, seed=0)
-    makers = {s: (lambda s=s: pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position=s)) for s in ["rope", "alibi"]}
-    kw = dict(steps=3, seq_len=8, batch_size=2, progress=False)
-    first = pe.train_seeds(makers, task, [0], workers=1, **kw)
-    rope, alibi = (tmp_path / "runs" / f"{first[s][0].key}.pt" for s in ("rope", "alibi"))
-    saved = rope.read_bytes()                            # what the other process will have saved
-    rope.unlink(), alibi.unlink()
-    fd = os.open(rope.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX)                       # the other process is training rope
-    released = []
-
-    def release():                                       # once; also after 20 s, so that a waiting bug fails
-        if not released:
-            released.append(os.close(fd))
-    safety = threading.Timer(20, release)
-    safety.daemon = True
-    safety.start()
-    log, real_train = [], E.train
-
-    def logged(model, data, **kwargs):
-        try:
-            run = real_train(model, data, **kwargs)
-        except E._Busy:
-            log.append((model.config["position"]["scheme"], "busy"))
-            raise
-        log.append((model.config["position"]["scheme"], "loaded" if run.from_cache else "trained"))
-        if len(log) == 2:                                # the other process finishes rope a little later
-            rope.write_bytes(saved)
-            threading.Timer(0.3, release).start()
-        return run
-
-    monkeypatch.setattr(E, "train", logged)
-    again = pe.train_seeds(makers, task, [0], workers=1, **kw)
-    safety.cancel()
-    assert log == [("rope", "busy"), ("alibi", "trained"), ("rope", "loaded")]
-    assert {s: again[s][0].losses for s in again} == {s: first[s][0].losses for s in first}
-    assert list(again) == ["rope", "alibi"]
 
 def test_glue_returns_the_text_outside_a_kernel():
     assert pe.glue("x", pe.Spread((1.0, 3.0)), ".1f") == "2.0 (1.0–3.0)"

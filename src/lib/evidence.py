@@ -34,8 +34,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from ._validate import check_int
-from .runtime import _Busy, pick_device
-from .train import _SKIP_BUSY, TrainResult, _progress_bar, train
+from .runtime import pick_device
+from .train import TrainResult, _progress_bar, train
 
 __all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "Spread", "spread", "per_seed", "over_seeds",
            "train_seeds", "separated", "verdict", "glue"]
@@ -359,34 +359,10 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
             kwargs = dict(train_kwargs, seed=s, **({} if init is None else {"init": init[i]}))
             jobs.append((name, model, kwargs))
     _train_in_workers([(model, data, kwargs) for _, model, kwargs in jobs], workers)
-    done = _train_free_first(jobs, data)
     runs: Dict[Any, List[TrainResult]] = {name: [] for name in makers}
-    for (name, _, _), run in zip(jobs, done):
-        runs[name].append(run)
+    for name, model, kwargs in jobs:
+        runs[name].append(train(model, data, **kwargs))
     return runs[None] if None in runs else runs
-
-
-def _train_free_first(jobs: List[Tuple[Any, Any, Dict[str, Any]]], data: Any) -> List[TrainResult]:
-    """Train (or load) every job; one that another process is training (a notebook executed beside this one
-    that needs the same run) is left for later instead of waited for, while the others train here."""
-    done: Dict[int, TrainResult] = {}
-    pending = list(range(len(jobs)))
-    while pending:
-        busy = []
-        token = _SKIP_BUSY.set(True)
-        try:
-            for j in pending:
-                try:
-                    done[j] = train(jobs[j][1], data, **jobs[j][2])
-                except _Busy:
-                    busy.append(j)
-        finally:
-            _SKIP_BUSY.reset(token)
-        if busy:  # all that is left is being trained elsewhere: wait for the first, then look at the others again
-            j = busy.pop(0)
-            done[j] = train(jobs[j][1], data, **jobs[j][2])
-        pending = busy
-    return [done[j] for j in range(len(jobs))]
 
 
 def _usable_cores() -> int:

@@ -89,12 +89,8 @@ def cache_dir(sub: str = "") -> Path:
     return base / sub if sub else base
 
 
-class _Busy(Exception):
-    """Raised by ``_exclusive(path, wait=False)`` when another process holds the lock."""
-
-
 @contextlib.contextmanager
-def _exclusive(path: Path, wait: bool = True) -> Iterator[None]:
+def _exclusive(path: Path) -> Iterator[None]:
     """Run the block holding an exclusive lock on the file ``path``: one process at a time.
 
     Two notebooks executed side by side that train the same run then train it
@@ -103,8 +99,7 @@ def _exclusive(path: Path, wait: bool = True) -> Iterator[None]:
     the lock when its holder ends, however it ends (a file left by a killed
     holder is simply locked again). Where files cannot be locked (no ``fcntl``,
     a read-only folder) the block runs unlocked: a run may then be trained
-    twice, and is written atomically either way. With ``wait=False`` a lock
-    held by another process raises :class:`_Busy` instead of waiting.
+    twice, and is written atomically either way.
     """
     try:
         import fcntl
@@ -115,11 +110,7 @@ def _exclusive(path: Path, wait: bool = True) -> Iterator[None]:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise _Busy(str(path)) from None
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 if os.path.samestat(os.fstat(fd), os.stat(path)):
                     break  # locked, and still the file at ``path``

@@ -25,7 +25,6 @@ and a cache that cannot be written costs a warning, never the trained model.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import copy
 import functools
 import hashlib
@@ -60,9 +59,6 @@ __all__ = [
 #: Bump to invalidate every cached run after a change that alters training.
 CACHE_VERSION = 2
 
-
-#: set by pe.train_seeds: a run another process is training raises runtime._Busy instead of waiting for it
-_SKIP_BUSY: contextvars.ContextVar[bool] = contextvars.ContextVar("posenc_skip_busy", default=False)
 
 @dataclass
 class TrainResult:
@@ -480,8 +476,7 @@ def train(
     model.to(device)
 
     # one process at a time per run: a second one (a notebook executed beside this one) waits, then loads
-    # (pe.train_seeds first asks without waiting: _Busy, and it trains another run meanwhile)
-    with _exclusive(path.with_name(f"{key}.lock"), wait=not _SKIP_BUSY.get()) if cache else contextlib.nullcontext():
+    with _exclusive(path.with_name(f"{key}.lock")) if cache else contextlib.nullcontext():
         if cache:
             saved = _load_run(path, config, model, device)
             if saved is not None:
