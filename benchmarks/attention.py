@@ -365,6 +365,16 @@ def main() -> None:
                     ok = "within" if r[f"{name}_ratio"] <= goal else "NOT within"
                     print(f"{s} at n={probe}: {name} {r[f'{name}_ratio']:.2f}x causal SDPA "
                           f"({r[f'{name}_ratio_min']:.2f}-{r[f'{name}_ratio_max']:.2f}; {ok} {goal}x)")
+    fixed = next((r for r in rows if r["scheme"] == "Sandwich" and r["n"] == probe), None)
+    learned = [r for r in rows if r["scheme"] in ("KERPLE log", "KERPLE power", "T5 bias") and r["n"] == probe
+               and r["forward_backward_ratio"] > goals[r["scheme"]]]
+    if fixed and learned and device.type == "cpu":  # why: the same path with and without the table's gradient
+        print(f"\nwhy the learned tables miss forward+backward at n={probe}: Sandwich runs the same chunked path "
+              f"with a fixed table, {fixed['forward_backward_ratio']:.2f}x; "
+              + ", ".join(f"{r['scheme']} {r['forward_backward_ratio']:.2f}x" for r in learned)
+              + ". The difference is the table's gradient: it needs the score gradient dS, which PyTorch's fused "
+                "CPU attention does not return, so posenc recomputes the weights and dS chunk by chunk in "
+                "unfused matrix products (a second pass over the scores).")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(key for r in rows for key in r))
