@@ -267,6 +267,18 @@ def test_no_page_is_wider_than_a_phone(visit, path):
 
 
 @pytest.mark.parametrize("path", CHAPTERS or ["chapters/none.html"])
+def test_printed_tables_of_up_to_six_columns_fit_a_phone(visit, path):
+    """Tables a cell prints (claims, verdicts, summaries) with six columns or fewer need no sideways scrolling."""
+    v = visit(path, PHONE)
+    wide = v.page.evaluate(
+        """() => [...document.querySelectorAll('.cell_output table')]
+                 .filter(t => t.rows.length && t.rows[0].cells.length <= 6 && t.scrollWidth > t.parentElement.clientWidth + 1)
+                 .map(t => `${t.rows[0].cells.length} columns, ${t.scrollWidth} px in ${t.parentElement.clientWidth}: `
+                           + t.rows[0].textContent.trim().slice(0, 60))""")
+    assert wide == [], f"{path}: {wide}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS or ["chapters/none.html"])
 def test_figures_fit_a_phone(visit, path):
     """At 390 px: plot areas >= 250 px, slider rails >= 200 px, titles inside their figure, no mode bar."""
     v = visit(path, PHONE)
