@@ -13,11 +13,12 @@ head_dim)``; the query at row ``i`` sits at position ``i + k_len - q_len``.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-_FLEX: Dict[Any, Any] = {}  # block masks by (device, q_len, k_len, window); "broken" once compiling failed
+_FLEX: Dict[str, bool] = {}  # "broken": True once compiling failed (the chunked path from then on)
+_MASKS: Dict[Tuple[str, int, int, Optional[int]], Any] = {}  # block masks by (device, q_len, k_len, window)
 _FLEX_COMPILED: Dict[Tuple[bool, bool], Callable[..., torch.Tensor]] = {}
 #: compiled entries allowed per score kind (one per length, dtype, grad or not) before dynamo runs it eagerly
 _FLEX_RECOMPILES = 64
@@ -89,19 +90,18 @@ def _path_flex(q, k, v, scale, slopes, distance_bias, window):
         return (dist >= 0) & (dist < reach)
 
     key = (str(q.device), q_len, k_len, window)
-    if key not in _FLEX:
-        masks = [name for name in _FLEX if isinstance(name, tuple)]
-        if len(masks) >= 16:
-            del _FLEX[masks[0]]  # the oldest mask
+    if key not in _MASKS:
+        if len(_MASKS) >= 16:
+            del _MASKS[next(iter(_MASKS))]  # the oldest mask
         with torch.inference_mode(False):  # cached: usable (saved for backward) outside inference mode too
-            _FLEX[key] = create_block_mask(mask_mod, None, None, q_len, k_len, device=q.device)
+            _MASKS[key] = create_block_mask(mask_mod, None, None, q_len, k_len, device=q.device)
     slopes = slopes.to(q.dtype) if slopes is not None else None
     table = distance_bias.to(q.dtype) if distance_bias is not None else None
     if not _flex_compiles(q.device):
-        return _flex_score(q, k, v, slopes, table, _FLEX[key], scale)
+        return _flex_score(q, k, v, slopes, table, _MASKS[key], scale)
     kernel = _flex_kernel(slopes is not None, table is not None)
     import torch._dynamo.config as dynamo_config
 
     limit = max(getattr(dynamo_config, "recompile_limit", 8), _FLEX_RECOMPILES)
     with dynamo_config.patch(recompile_limit=limit) if hasattr(dynamo_config, "recompile_limit") else nullcontext():
-        return kernel(q, k, v, slopes, table, _FLEX[key], scale)
+        return kernel(q, k, v, slopes, table, _MASKS[key], scale)
