@@ -151,9 +151,9 @@ def make_case(scheme: str, n: int, device: torch.device, dtype: torch.dtype) -> 
     raise ValueError(f"unknown scheme {scheme!r}; choose from {SCHEMES}")
 
 
-def inputs(n: int, device: torch.device, dtype: torch.dtype, grad: bool):
+def inputs(n: int, device: torch.device, dtype: torch.dtype, grad: bool, width: int = HEAD_DIM):
     g = torch.Generator().manual_seed(0)
-    q, k, v, dy = (torch.randn(BATCH, HEADS, n, HEAD_DIM, generator=g).to(device, dtype) for _ in range(4))
+    q, k, v, dy = (torch.randn(BATCH, HEADS, n, width, generator=g).to(device, dtype) for _ in range(4))
     if grad:
         q, k, v = (t.requires_grad_() for t in (q, k, v))
     return q, k, v, dy
@@ -224,10 +224,7 @@ def sdpa_width_cost(n: int, device: torch.device, backward: bool, repeats: int) 
     """Time of causal SDPA with one more channel per head (ALiBi's fold) over that of ``HEAD_DIM`` channels."""
     best = {}
     for width in (HEAD_DIM, HEAD_DIM + 1):
-        g = torch.Generator().manual_seed(0)
-        q, k, v, dy = (torch.randn(BATCH, HEADS, n, width, generator=g).to(device) for _ in range(4))
-        if backward:
-            q, k, v = (t.requires_grad_() for t in (q, k, v))
+        q, k, v, dy = inputs(n, device, torch.float32, backward, width)
         run = step(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v, dy, backward)
         run()
         best[width] = min(seconds(run, device) for _ in range(repeats))
