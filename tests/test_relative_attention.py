@@ -1,9 +1,11 @@
 """Tests for posenc.relative_attention: every path equals the explicit reference."""
 
 import math
+import sys
 import warnings
 
 import numpy as np
+
 import pytest
 import torch
 
@@ -151,8 +153,15 @@ def test_paths_are_listed():
 
 
 @pytest.mark.parametrize("q_len,k_len,window", [(300, 300, None), (270, 520, 100), (520, 520, 300)])
-def test_learned_bias_gradients_through_chunks(q_len, k_len, window):
-    """A bias that requires grad (KERPLE, T5, learned slopes) trains through the chunked path's own backward."""
+@pytest.mark.parametrize("small_blocks", [False, True], ids=["256-rows", "16-rows"])
+def test_learned_bias_gradients_through_chunks(q_len, k_len, window, small_blocks, monkeypatch):
+    """A bias that requires grad (KERPLE, T5, learned slopes) trains through the chunked path's own backward.
+
+    The backward sizes its query chunks by the keys they see; with blocks of 1 number it takes its
+    smallest chunks (16 rows), so a chunk boundary falls inside the window and the key ranges shift.
+    """
+    if small_blocks:
+        monkeypatch.setattr(sys.modules["posenc.attention"], "_BACKWARD_BLOCK", 1)
     q, k, v = (t.requires_grad_() for t in qkv(q_len, k_len, batch=2))
     table = biases(k_len)["table"]["distance_bias"].clone().requires_grad_()
     slopes = pe.alibi_slopes(H, dtype=torch.float64).clone().requires_grad_()

@@ -348,34 +348,70 @@ class _ChunkedBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, scale, window, chunk):
-        with torch.no_grad():
-            out = _chunked_forward(q, k, v, g, scale, window, chunk)
+        # detached: PyTorch's CPU kernel selection refuses its fused kernel for a mask that requires
+        # grad (even under no_grad) and would run the unfused math path
+        out = _chunked_forward(q.detach(), k.detach(), v.detach(), g.detach(), scale, window, chunk)
         ctx.save_for_backward(q, k, v, g, out)
-        ctx.scale, ctx.window, ctx.chunk = scale, window, chunk
+        ctx.scale, ctx.window = scale, window
         return out
 
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, g, out = ctx.saved_tensors
-        scale = ctx.scale
-        k_rev, v_rev = k.flip(2), v.flip(2)
-        # sums over chunks (dk, dv) and over a whole anti-diagonal (dg: up to n terms) in float32 at least:
-        # in bfloat16 they would round at every addition (CUDA's index_add_ adds one term at a time)
-        acc = torch.promote_types(q.dtype, torch.float32)
-        dq = torch.zeros_like(q)
-        dk_rev, dv_rev, dg = (torch.zeros_like(t, dtype=acc) for t in (k, v, g))
-        for a, e, first, last in _chunks(q.shape[2], k.shape[2], ctx.window, ctx.chunk):
-            qc, kc, vc = q[:, :, a:e], k_rev[:, :, first:last], v_rev[:, :, first:last]
-            p = _softmax((qc @ kc.transpose(-2, -1)) * scale + _bias_block(g, a, e, first, last))  # (b, h, c, keys)
-            do = d_out[:, :, a:e]
-            dv_rev[:, :, first:last] += (p.transpose(-2, -1) @ do).to(acc)
-            ds = p * (do @ vc.transpose(-2, -1) - (do * out[:, :, a:e]).sum(-1, keepdim=True))
-            dq[:, :, a:e] = (ds @ kc) * scale
-            dk_rev[:, :, first:last] += ((ds.transpose(-2, -1) @ qc) * scale).to(acc)
-            diag = (torch.arange(e - a, device=g.device)[:, None] + torch.arange(last - first, device=g.device)
-                    + a + first)  # (c, keys): the index of g read at each entry
-            dg.index_add_(1, diag.flatten(), ds.sum(0, dtype=acc).flatten(1))
-        return dq, dk_rev.flip(2).to(k.dtype), dv_rev.flip(2).to(v.dtype), dg.to(g.dtype), None, None, None
+        return _chunked_backward(q, k, v, g, out, d_out, ctx.scale, ctx.window)
+
+
+#: Numbers in one score block of the chunked backward (batch * heads * rows * keys): a chunk has as
+#: many queries (16 to 256) as make a block of about this size. Measured here (8 heads, head_dim 64,
+#: forward+backward with a learned table, both CPU kernel sets, 4096 and 8192 keys): blocks of 2^20
+#: numbers 1.2-1.4x slower than 2^22 (more, smaller matrix products); 2^22 to 2^24 within the spread.
+_BACKWARD_BLOCK = 1 << 22
+
+
+def _chunked_backward(q, k, v, g, out, d_out, scale, window, block=None):
+    """Gradients of the chunked path: ``(dq, dk, dv, dg)``, one pass over query chunks (as FlashAttention's backward).
+
+    Per chunk: the weights ``P`` again from ``q k^T`` and the bias view,
+    ``dS = P * (dO v^T - rowsum(dO * O))``, then ``dq = dS k``, ``dk += dS^T q``,
+    ``dv += P^T dO``; ``g[p]`` gets the sum of ``dS`` over the anti-diagonal
+    ``i + j' = p`` (a strided view of the block, rows shifted by their index,
+    summed over rows). Sums over chunks are kept in float32 at least.
+    """
+    b, h, q_len, dim = q.shape
+    k_len = k.shape[2]
+    k_rev, v_rev = k.flip(2), v.flip(2)
+    acc = torch.promote_types(q.dtype, torch.float32)  # bfloat16 would round at every addition
+    dq = torch.empty_like(q)
+    dk_rev, dv_rev, dg = (torch.zeros_like(t, dtype=acc) for t in (k, v, g))
+    delta = (d_out * out).sum(-1, keepdim=True)  # (b, h, q_len, 1): rowsum(dO * O)
+    # every query sees its own key (distance 0, g[:, q_len - 1]): no row is empty unless that bias is -inf
+    live = bool(torch.isfinite(g[:, q_len - 1]).all())
+    keys = min(k_len, window) if window is not None else k_len
+    rows = max(16, min(_CHUNK, (block or _BACKWARD_BLOCK) // max(1, b * h * keys)))
+    # the chunks' large intermediates in buffers made once (a new buffer per chunk costs page faults):
+    # scores, then dS in their place; the weights; the anti-diagonal sums' shifted copies
+    blocks = q.new_empty(2, b * h * rows * min(k_len, keys + rows))
+    workspace = q.new_empty(h * rows * (k_len + rows), dtype=acc)
+    q_scaled = q * scale  # the logits' scale applied once to q (n x dim numbers) rather than to every block
+    for a, e, first, last in _chunks(q_len, k_len, window, rows):
+        n_rows, n_keys = e - a, last - first
+        qc, kc, vc, do = q_scaled[:, :, a:e], k_rev[:, :, first:last], v_rev[:, :, first:last], d_out[:, :, a:e]
+        size = b * h * n_rows * n_keys
+        s = torch.matmul(qc, kc.transpose(-2, -1), out=blocks[0, :size].view(b, h, n_rows, n_keys))
+        s.add_(_bias_block(g, a, e, first, last))
+        p = torch.softmax(s, -1, out=blocks[1, :size].view_as(s)) if live else _softmax(s)  # (b, h, rows, keys)
+        dv_rev[:, :, first:last] += (p.transpose(-2, -1) @ do).to(acc)
+        ds = torch.matmul(do, vc.transpose(-2, -1), out=s).sub_(delta[:, :, a:e]).mul_(p)  # dS where S was
+        dq[:, :, a:e] = (ds @ kc).mul_(scale)
+        dk_rev[:, :, first:last] += (ds.transpose(-2, -1) @ qc).to(acc)
+        # anti-diagonal sums: row r shifted right by r in a (heads, rows, keys + rows) buffer, summed over rows
+        width = n_keys + n_rows
+        shifted = workspace[:h * n_rows * width].view(h, n_rows, width)
+        shifted[:, :, :n_rows] = 0
+        shifted[:, :, n_rows:] = ds[0] if b == 1 else ds.sum(0, dtype=acc)
+        dg[:, a + first: a + first + width - 1] += shifted.as_strided(
+            (h, n_rows, width - 1), (n_rows * width, width - 1, 1), n_rows).sum(1)
+    return dq, dk_rev.flip(2).to(k.dtype), dv_rev.flip(2).to(v.dtype), dg.to(g.dtype), None, None, None
 
 
 def _timed_path(q, k, v, scale, slopes, distance_bias, window) -> str:
