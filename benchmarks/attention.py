@@ -392,8 +392,9 @@ def main() -> None:
               f"with a fixed table, {fixed['forward_backward_ratio']:.2f}x; "
               + ", ".join(f"{r['scheme']} {r['forward_backward_ratio']:.2f}x" for r in learned)
               + ". The difference is the table's gradient: it needs the score gradient dS, which PyTorch's fused "
-                "CPU attention does not return, so posenc recomputes the weights and dS chunk by chunk in "
-                "unfused matrix products (a second pass over the scores).")
+                "CPU attention does not return, so posenc's own backward recomputes the weights and dS chunk by "
+                "chunk with separate matrix products and element-wise passes over each block of scores (which "
+                "the fused kernel keeps in its tiles).")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(key for r in rows for key in r))
