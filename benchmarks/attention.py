@@ -212,7 +212,10 @@ def peak_memory_cpu(scheme: str, n: int, backward: bool) -> Optional[float]:
     if not Path("/proc/self/clear_refs").exists():  # peak_rss resets the peak there (Linux)
         return None
     cmd = [sys.executable, __file__, "--_memory-case", scheme, str(n), str(int(backward))]
-    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    # glibc returns every large block to the system when it is freed (a fixed mmap threshold, no trimming
+    # slack): else the warm-up call's freed blocks stay resident and the measured call reuses them unseen
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()),
+           "MALLOC_MMAP_THRESHOLD_": str(1 << 17), "MALLOC_TRIM_THRESHOLD_": "0"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:  # report, keep the timings measured so far
         print(f"\nmemory of {scheme!r} at n={n} not measured:\n{done.stderr[-800:]}", file=sys.stderr)
