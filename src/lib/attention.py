@@ -368,7 +368,7 @@ class _ChunkedBiasAttention(torch.autograd.Function):
 _BACKWARD_BLOCK = 1 << 22
 
 
-def _chunked_backward(q, k, v, g, out, d_out, scale, window, block=None):
+def _chunked_backward(q, k, v, g, out, d_out, scale, window):
     """Gradients of the chunked path: ``(dq, dk, dv, dg)``, one pass over query chunks (as FlashAttention's backward).
 
     Per chunk: the weights ``P`` again from ``q k^T`` and the bias view,
@@ -377,8 +377,7 @@ def _chunked_backward(q, k, v, g, out, d_out, scale, window, block=None):
     ``i + j' = p`` (a strided view of the block, rows shifted by their index,
     summed over rows). Sums over chunks are kept in float32 at least.
     """
-    b, h, q_len, dim = q.shape
-    k_len = k.shape[2]
+    b, h, q_len, k_len = *q.shape[:3], k.shape[2]
     k_rev, v_rev = k.flip(2), v.flip(2)
     acc = torch.promote_types(q.dtype, torch.float32)  # bfloat16 would round at every addition
     dq = torch.empty_like(q)
@@ -387,7 +386,7 @@ def _chunked_backward(q, k, v, g, out, d_out, scale, window, block=None):
     # every query sees its own key (distance 0, g[:, q_len - 1]): no row is empty unless that bias is -inf
     live = bool(torch.isfinite(g[:, q_len - 1]).all())
     keys = min(k_len, window) if window is not None else k_len
-    rows = max(16, min(_CHUNK, (block or _BACKWARD_BLOCK) // max(1, b * h * keys)))
+    rows = max(16, min(_CHUNK, _BACKWARD_BLOCK // max(1, b * h * keys)))
     # the chunks' large intermediates in buffers made once (a new buffer per chunk costs page faults):
     # scores, then dS in their place; the weights; the anti-diagonal sums' shifted copies
     blocks = q.new_empty(2, b * h * rows * min(k_len, keys + rows))
