@@ -5,7 +5,6 @@ import sys
 import warnings
 
 import numpy as np
-
 import pytest
 import torch
 

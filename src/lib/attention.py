@@ -358,7 +358,7 @@ class _ChunkedBiasAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, g, out = ctx.saved_tensors
-        return _chunked_backward(q, k, v, g, out, d_out, ctx.scale, ctx.window)
+        return (*_chunked_backward(q, k, v, g, out, d_out, ctx.scale, ctx.window), None, None, None)
 
 
 #: Numbers in one score block of the chunked backward (batch * heads * rows * keys): a chunk has as
@@ -410,7 +410,7 @@ def _chunked_backward(q, k, v, g, out, d_out, scale, window):
         shifted[:, :, n_rows:] = ds[0] if b == 1 else ds.sum(0, dtype=acc)
         dg[:, a + first: a + first + width - 1] += shifted.as_strided(
             (h, n_rows, width - 1), (n_rows * width, width - 1, 1), n_rows).sum(1)
-    return dq, dk_rev.flip(2).to(k.dtype), dv_rev.flip(2).to(v.dtype), dg.to(g.dtype), None, None, None
+    return dq, dk_rev.flip(2).to(k.dtype), dv_rev.flip(2).to(v.dtype), dg.to(g.dtype)
 
 
 def _timed_path(q, k, v, scale, slopes, distance_bias, window) -> str:
