@@ -9,6 +9,8 @@ import urllib.error
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import posenc as pe
 from posenc import data as D
@@ -56,6 +58,30 @@ def test_markov_follows_its_transitions():
     ctx = seq[:, :-2] * 6 + seq[:, 1:-1]
     logp = chain.transitions[ctx, seq[:, 2:]].log()
     assert abs(-logp[:, 20:].mean().item() - chain.entropy_rate()) < 0.03
+
+
+
+def _markov_step_by_step(chain, batch_size, length, generator):
+    """Inverse-CDF sampling with torch.searchsorted, one position at a time (the same random draws)."""
+    v, k = chain.vocab_size, chain.order
+    out = torch.empty(batch_size, length + k, dtype=torch.int64)
+    out[:, :k] = torch.randint(v, (batch_size, k), generator=generator)
+    u = torch.rand(length, batch_size, 1, generator=generator)
+    cdf = chain.transitions.cumsum(-1).float()
+    cdf[:, -1] = 1.0 + 1e-6
+    for t in range(k, length + k):
+        ctx = sum(out[:, t - k + j] * v ** (k - 1 - j) for j in range(k))
+        out[:, t] = torch.searchsorted(cdf[ctx], u[t - k], right=True)[:, 0].clamp(max=v - 1)
+    return out[:, k:]
+
+
+@settings(max_examples=40, deadline=None)
+@given(vocab_size=st.integers(2, 9), order=st.integers(1, 3), alpha=st.sampled_from([0.05, 0.1, 1.0]),
+       batch_size=st.integers(1, 4), length=st.integers(1, 30), seed=st.integers(0, 2 ** 16))
+def test_markov_sample_equals_searchsorted_step_by_step(vocab_size, order, alpha, batch_size, length, seed):
+    chain = D.MarkovChain(vocab_size=vocab_size, order=order, alpha=alpha, seed=seed % 7)
+    fast = chain.sample(batch_size, length, gen(seed))
+    assert torch.equal(fast, _markov_step_by_step(chain, batch_size, length, gen(seed)))
 
 
 def test_markov_entropy_rate_limits():
@@ -370,6 +396,25 @@ def test_lagged_copy_statistics_targets_and_optimal_loss():
     assert abs(-p.log().mean().item() - task.optimal_loss()) < 0.02
     assert pe.LaggedCopy(5, p_copy=1.0).optimal_loss() == 0.0
     assert task.config == dict(kind="lagged_copy", vocab_size=10, lag=3, p_copy=0.6)
+
+
+
+def _lagged_copy_step_by_step(task, batch_size, length, generator):
+    """The definition, one position at a time (the same random draws as LaggedCopy.sample)."""
+    x = torch.randint(task.vocab_size, (batch_size, length), generator=generator)
+    copy = torch.rand(batch_size, length, generator=generator) < task.p_copy
+    for t in range(task.lag, length):
+        x[:, t] = torch.where(copy[:, t], x[:, t - task.lag], x[:, t])
+    return x
+
+
+@settings(max_examples=60, deadline=None)
+@given(lag=st.integers(1, 6), p_copy=st.sampled_from([0.0, 0.3, 0.8, 1.0]), batch_size=st.integers(1, 5),
+       length=st.integers(1, 40), seed=st.integers(0, 2 ** 16))
+def test_lagged_copy_sample_equals_the_step_by_step_definition(lag, p_copy, batch_size, length, seed):
+    task = pe.LaggedCopy(vocab_size=7, lag=lag, p_copy=p_copy)
+    fast = task.sample(batch_size, length, gen(seed))
+    assert torch.equal(fast, _lagged_copy_step_by_step(task, batch_size, length, gen(seed)))
 
 
 @pytest.mark.parametrize("kwargs", [dict(vocab_size=1), dict(lag=0), dict(p_copy=1.5), dict(p_copy=True)])

@@ -22,14 +22,16 @@ Sources:
 * :class:`FirstTokenRetrieval`: the first token is a key that must be
   reproduced at marked positions arbitrarily far later: a task that needs
   *global* context.
+* :class:`LaggedCopy`: each token repeats the one ``lag`` places back with
+  probability ``p_copy`` (chapter 10's task for local attention).
 * :class:`CharCorpus`: characters of real text. :func:`python_docs` builds
-  one offline from the Python documentation that every CPython installation
-  ships (``pydoc_data.topics``, the text behind ``help("assert")`` and
-  friends), so no data has to be downloaded or bundled; it is deterministic
-  for a given Python version. :func:`tiny_shakespeare` and :func:`wikitext`
-  download classic corpora once into ``~/.cache/posenc/data`` (or
-  ``$POSENC_CACHE/data``), checked against SHA-256 hashes pinned in the
-  library, within a deadline: a partial or wrong download is never cached.
+  one offline from the Python documentation every CPython installation ships
+  (``pydoc_data.topics``, the text behind ``help("assert")``): nothing to
+  download or bundle, deterministic for a given Python version.
+  :func:`tiny_shakespeare` and :func:`wikitext` download classic corpora once
+  into ``~/.cache/posenc/data`` (or ``$POSENC_CACHE/data``), checked against
+  pinned SHA-256 hashes within a deadline: a partial or wrong download is
+  never cached.
 """
 
 from __future__ import annotations
@@ -96,9 +98,7 @@ def _check_generator(generator: Optional[torch.Generator]) -> None:
         raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
 
 
-# ---------------------------------------------------------------------------
-# A random Markov chain: local structure
-# ---------------------------------------------------------------------------
+# A random Markov chain: local structure ------------------------------------
 
 
 def _dirichlet_log_space(rng: np.random.RandomState, alpha: float, rows: int, size: int) -> np.ndarray:
@@ -172,15 +172,17 @@ class MarkovChain:
         total = length + k
         out = torch.empty(batch_size, total, dtype=torch.int64)
         out[:, :k] = torch.randint(v, (batch_size, k), generator=generator)
-        u = torch.rand(total - k, batch_size, 1, generator=generator)  # all uniforms at once
-        ctx = torch.zeros(batch_size, dtype=torch.int64)
+        u = torch.rand(total - k, batch_size, 1, generator=generator).numpy()  # all uniforms at once
+        # token by token in NumPy (a few times faster than torch calls); writing `tokens` writes `out`
+        cdf, tokens = self._cdf.numpy(), out.numpy()
+        ctx = np.zeros(batch_size, dtype=np.int64)
         for j in range(k):
-            ctx = ctx * v + out[:, j]
+            ctx = ctx * v + tokens[:, j]
         top = v ** (k - 1)
         for t in range(k, total):
-            nxt = torch.searchsorted(self._cdf[ctx], u[t - k], right=True)[:, 0]
-            out[:, t] = nxt.clamp_(max=v - 1)
-            ctx = (ctx % top) * v + out[:, t] if k > 1 else out[:, t]
+            nxt = np.minimum((cdf[ctx] <= u[t - k]).sum(1), v - 1)  # = searchsorted(right=True)
+            tokens[:, t] = nxt
+            ctx = (ctx % top) * v + nxt if k > 1 else nxt
         return out[:, k:]
 
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
@@ -262,9 +264,7 @@ class MarkovChain:
         return float((pi * h_ctx).sum())
 
 
-# ---------------------------------------------------------------------------
-# First-token retrieval: global context
-# ---------------------------------------------------------------------------
+# First-token retrieval: global context -------------------------------------
 
 
 class FirstTokenRetrieval:
@@ -353,9 +353,7 @@ class FirstTokenRetrieval:
         return inputs, targets
 
 
-# ---------------------------------------------------------------------------
-# Lagged copy: a sharp local look-back
-# ---------------------------------------------------------------------------
+# Lagged copy: a sharp local look-back --------------------------------------
 
 
 class LaggedCopy:
@@ -389,9 +387,13 @@ class LaggedCopy:
         _check_generator(generator)
         x = torch.randint(self.vocab_size, (batch_size, length), generator=generator)
         copy = torch.rand(batch_size, length, generator=generator) < self.p_copy
-        for t in range(self.lag, length):
-            x[:, t] = torch.where(copy[:, t], x[:, t - self.lag], x[:, t])
-        return x
+        # x_t = x_{t-lag} where copy_t (t >= lag), in order of t: x_t ends as the drawn token at the latest
+        # s = t - j lag with no copy. On a (batch, rows, lag) grid of t = i lag + r, s is a running max per column.
+        lag, rows = self.lag, -(-length // self.lag)
+        copy[:, :lag] = False
+        grid = lambda a: torch.nn.functional.pad(a, (0, rows * lag - length)).view(batch_size, rows, lag)  # noqa: E731
+        latest = torch.where(grid(copy), 0, torch.arange(rows)[:, None].expand(rows, lag)).cummax(dim=1).values
+        return grid(x).gather(1, latest).view(batch_size, -1)[:, :length]
 
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
               *, split: str = "train") -> Batch:
@@ -409,9 +411,7 @@ class LaggedCopy:
         return -sum(q * math.log(q) for q in [hit] + [miss] * (v - 1) if q > 0)
 
 
-# ---------------------------------------------------------------------------
-# Character corpora
-# ---------------------------------------------------------------------------
+# Character corpora ---------------------------------------------------------
 
 _REPLACE = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-",
             "\u2014": "-", "\u2026": "...", "\t": "    ", "\u00a0": " "}
@@ -525,9 +525,7 @@ def python_docs(val_fraction: float = 0.1) -> CharCorpus:
     return CharCorpus(text, name=name, val_fraction=val_fraction)
 
 
-# ---------------------------------------------------------------------------
-# Optional downloads, cached and checksummed
-# ---------------------------------------------------------------------------
+# Optional downloads, cached and checksummed --------------------------------
 # Hand-written, not pooch: pooch.HTTPDownloader has only a per-read timeout (a server trickling
 # a byte every 0.5 s kept pooch 1.9 busy past 20 s with timeout=2); _fetch has an overall deadline.
 
