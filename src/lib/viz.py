@@ -32,6 +32,10 @@ import uuid
 from importlib import resources
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
+try:  # before plotly, whose renderers import it (below): imported after plotly, in a Jupyter kernel, its
+    import nbformat  # noqa: F401  JSON-schema checkers took 3 s longer to build (`import posenc`: 4.5 s, not 1.5)
+except ImportError:  # plotly's renderers do without it
+    pass
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
