@@ -141,6 +141,7 @@ VALUES = {
     "9.2": ([pe.rope_min_base(1024, 16), 4.6e5], [pe.rope_min_base(512, 16), pe.rope_min_base(1024, 64), 1e4, 5e5]),
     "9.3": ([(2, 2 * math.pi * 10000 ** (10 / 16)), (2, 1987)],
             [(6, 2 * math.pi * 10000 ** (10 / 16)), (2, 2 * math.pi * 10000 ** (12 / 16)), (2, 316.2)]),
+    "9.4": ([0.5625, 1 / 2 + 1 / 16], [0.5, 1 / 8, 1 / 16, 0.625]),      # only the queried record; a guess; 1/2 + 1/8
     "10.1": ([_gradient_ratio(), 1000], [1e-3, 1e6, 100]),
     "10.2": ([(64 * 64 + 64, 4096 * 2 * 64)], [(64 * 64, 4096 * 2 * 64), (64 * 64 + 64, 4096 * 64)]),
     "10.3": ([[pe.block_diagonal_mask(1024, w).sum().item() / (1024 * 1025 / 2) for w in (16, 64, 256)],
@@ -189,6 +190,8 @@ FUNCTIONS = {
     "9.3": ([lambda d, base, p: (d // 2 - int(p * d // 2), 2 * math.pi * base ** (2 * (int(p * d // 2) - 1) / d))],
             [lambda d, base, p: (int(p * d // 2), 2 * math.pi * base ** (2 * (int(p * d // 2) - 1) / d)),
              lambda d, base, p: (d // 2 - int(p * d // 2), 2 * math.pi * base ** (2 * int(p * d // 2) / d))]),
+    "9.4": ([lambda k, n: 1 / k + (1 - 1 / k) / n, lambda k, n: (n + k - 1) / (k * n)],
+            [lambda k, n: 1 / k, lambda k, n: 1 / k + 1 / n, lambda k, n: 1 / n]),
     "10.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
     "11.1": ([_window_share], [lambda n, w: min(w, n) / n, lambda n, w: _window_share(n, w - 1) if w > 1 else 1.0]),
 }
@@ -259,7 +262,7 @@ def test_exercises_lists_one_line_each_in_order():
     assert all(title and "\n" not in title for title in listing.values())
     assert list(exercises(chapter=3)) == ["3.1", "3.2", "3.3", "3.4", "3.5"]
     assert list(exercises(chapter=8)) == ["8.1", "8.2", "8.3", "8.4"]
-    assert list(exercises(chapter=9)) == ["9.1", "9.2", "9.3"]
+    assert list(exercises(chapter=9)) == ["9.1", "9.2", "9.3", "9.4"]
     assert list(exercises(chapter=11)) == ["11.1", "11.3"]
 
 

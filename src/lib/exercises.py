@@ -85,6 +85,11 @@ def _random_gap(L: int, M: int) -> float:
     return (M + 1) / (L + 1)
 
 
+def _random_pick(k: int, n: int) -> float:
+    # Right with probability 1/k (the queried record) plus (1 - 1/k) / n (another record whose value equals it).
+    return 1 / k + (1 - 1 / k) / n
+
+
 def _p_rope_pairs(dim: int, base: float, p: float) -> tuple:
     # (pairs left unrotated, longest wavelength still rotating) of p-RoPE.
     freqs = p_rope_frequencies(dim, base, p)
@@ -490,6 +495,16 @@ _EXERCISES: Dict[str, _Exercise] = {
         expected=lambda: _p_rope_pairs(16, 10000.0, 0.75), rtol=1e-3,
         signature="p_rope_pairs(dim, base, p)", reference=_p_rope_pairs,
         inputs=lambda: [(16, 10000.0, 0.75), (16, 10000.0, 0.5), (128, 10000.0, 0.75), (64, 500000.0, 0.25)],
+    ),
+    "9.4": _Exercise(
+        title="a model that copies the value of a record picked at random among k = 2, each value drawn from "
+              "n = 8 digits: how often is it right? (a number, or a function pick(k, n))",
+        confirm="That is the baseline for the chapter's two-record test: about half, not one in eight.",
+        hint="the picked record is the queried one with probability 1/k; otherwise its value can still equal "
+             "the answer, with probability 1/n.",
+        expected=lambda: _random_pick(2, 8), rtol=1e-4,
+        signature="pick(k, n)", reference=_random_pick,
+        inputs=lambda: [(2, 8), (1, 10), (4, 8), (3, 2), (16, 10)],
     ),
     # Chapter 10: linear attention
     "10.1": _Exercise(
