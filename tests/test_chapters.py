@@ -30,6 +30,21 @@ def test_chapter_is_stored_clean_and_has_exercises(path):
     assert "## Exercises" in text and ":class: dropdown" in text, "exercises with hidden solutions"
 
 
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_a_solution_check_is_folded_like_its_solution(path):
+    """The code cell right after a solution (it computes or checks the answer) is folded too (``hide-cell``).
+
+    Else the site shows the answer's code open under a folded solution, and the reader's copy for
+    Colab (``book/reader_copy.py``, which folds ``hide-cell`` cells) leaves it open as well.
+    """
+    cells = json.loads(path.read_text())["cells"]
+    open_checks = [i + 1 for i, (cell, after) in enumerate(zip(cells, cells[1:]))
+                   if cell["cell_type"] == "markdown" and ":::{admonition} Solution" in "".join(cell["source"])
+                   and after["cell_type"] == "code" and "hide-cell" not in after["metadata"].get("tags", [])]
+    assert not open_checks, f"code cells {open_checks} follow a solution but are not tagged hide-cell"
+
+
 def test_install_cells_match_the_configured_repository():
     """The first code cell of every chapter installs posenc from the book's repository, as the site links it.
 
