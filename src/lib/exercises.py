@@ -85,8 +85,7 @@ def _random_gap(L: int, M: int) -> float:
     return (M + 1) / (L + 1)
 
 
-def _random_pick(k: int, n: int) -> float:
-    # Right with probability 1/k (the queried record) plus (1 - 1/k) / n (another record whose value equals it).
+def _random_pick(k: int, n: int) -> float:  # the queried record (1/k), or another whose value equals the answer
     return 1 / k + (1 - 1 / k) / n
 
 
@@ -500,8 +499,7 @@ _EXERCISES: Dict[str, _Exercise] = {
         title="a model that copies the value of a record picked at random among k = 2, each value drawn from "
               "n = 8 digits: how often is it right? (a number, or a function pick(k, n))",
         confirm="That is the baseline for the chapter's two-record test: about half, not one in eight.",
-        hint="the picked record is the queried one with probability 1/k; otherwise its value can still equal "
-             "the answer, with probability 1/n.",
+        hint="the picked record is the queried one with probability 1/k; else its value is right with probability 1/n.",
         expected=lambda: _random_pick(2, 8), rtol=1e-4,
         signature="pick(k, n)", reference=_random_pick,
         inputs=lambda: [(2, 8), (1, 10), (4, 8), (3, 2), (16, 10)],
