@@ -30,7 +30,6 @@ def test_chapter_is_stored_clean_and_has_exercises(path):
     assert "## Exercises" in text and ":class: dropdown" in text, "exercises with hidden solutions"
 
 
-
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_a_solution_check_is_folded_like_its_solution(path):
     """The code cell right after a solution (it computes or checks the answer) is folded too (``hide-cell``).

@@ -63,6 +63,12 @@ def test_same_generator_same_batch():
     lambda t: pe.passkey_accuracy(lambda x: x, t, [20], depths=[2.0]),
     lambda t: pe.passkey_accuracy(lambda x: x, t, [20], samples=0),
     lambda t: pe.passkey_accuracy(lambda x: x, pe.MarkovChain(), [20]),
+    lambda t: pe.passkey_sequences(t, 9, 0.5),
+    lambda t: pe.passkey_sequences(t, 20, 1.5),
+    lambda t: pe.passkey_sequences(t, 20, "deep"),
+    lambda t: pe.passkey_sequences(t, 20, 0.5, samples=0),
+    lambda t: pe.passkey_sequences(t, 20, 0.5, seed=-1),
+    lambda t: pe.passkey_sequences(pe.MarkovChain(), 20, 0.5),
 ])
 def test_bad_arguments_raise_value_error(call):
     with pytest.raises(ValueError):
@@ -144,3 +150,22 @@ def test_effective_length_refuses_bad_input():
                                      ({64: 1.0}, 1.5, "threshold"), ({64: torch.ones(2)}, 0.5, "grid.mean")]:
         with pytest.raises(ValueError, match=match):
             pe.effective_length(scores, threshold)
+
+
+@pytest.mark.parametrize("task", [pe.PasskeyRetrieval(key_len=2, n_digits=4, n_filler=5),
+                                  pe.MultiKeyRetrieval(n_keys=2, n_digits=4, n_filler=5, n_names=2)])
+def test_passkey_sequences_are_the_ones_the_accuracy_scores(task):
+    """Scored by hand, the sequences of passkey_sequences give passkey_accuracy's grid, cell by cell."""
+    model = pe.TinyLM(task.vocab_size, d_model=16, n_layers=1, n_heads=2, position="alibi")
+    lengths, depths = [24, 40], (0.0, 0.3, 1.0)
+    grid = pe.passkey_accuracy(model, task, lengths, depths, samples=9, seed=4, batch_size=4, cache=False)
+    k = task.answer_len
+    for a, n in enumerate(lengths):
+        for b, depth in enumerate(depths):
+            x, y = pe.passkey_sequences(task, n, depth, samples=9, seed=4)
+            assert x.shape == y.shape == (9, n)
+            with torch.no_grad():
+                right = (model(x)[:, -k:].argmax(-1) == y[:, -k:]).all(-1)
+            assert grid[a, b].item() == right.double().mean().item()
+    x, _ = pe.passkey_sequences(task, 40, 0.3, samples=9, seed=4)
+    assert not torch.equal(x, pe.passkey_sequences(task, 40, 0.3, samples=9, seed=5)[0])   # the seed moves them

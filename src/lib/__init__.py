@@ -178,6 +178,7 @@ from .passkey import (
     PasskeyRetrieval,
     effective_length,
     passkey_accuracy,
+    passkey_sequences,
 )
 from .train import (
     TrainResult,
@@ -334,6 +335,7 @@ __all__ = [
     "wikitext",
     "PasskeyRetrieval",
     "passkey_accuracy",
+    "passkey_sequences",
     "effective_length",
     "MultiKeyRetrieval",
     "MultiValueRetrieval",

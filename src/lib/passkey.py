@@ -22,7 +22,8 @@ forcing this equals greedy decoding). The task needs a content look-up
 
 :class:`PasskeyRetrieval` follows the data-source protocol of
 :mod:`posenc.data` (``vocab_size``, ``batch``, ``config``), so ``pe.train``
-trains on it; :func:`passkey_accuracy` measures the heat map, and
+trains on it; :func:`passkey_accuracy` measures the heat map (on the sequences
+:func:`passkey_sequences` gives), and
 :func:`effective_length` reads off the longest length a model still serves.
 """
 
@@ -36,7 +37,7 @@ from . import _evalcache
 from ._validate import check_int, check_number
 from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
 
-__all__ = ["PasskeyRetrieval", "passkey_accuracy", "effective_length"]
+__all__ = ["PasskeyRetrieval", "passkey_sequences", "passkey_accuracy", "effective_length"]
 
 
 def _check_depth(depth: Any) -> Optional[float]:
@@ -116,6 +117,37 @@ class PasskeyRetrieval:
         return inputs, targets
 
 
+def passkey_sequences(data: PasskeyRetrieval, length: int, depth: float, samples: int = 32, seed: int = 0) -> Batch:
+    """The ``(inputs, targets)`` that :func:`passkey_accuracy` scores in its cell ``(length, depth)``.
+
+    ``samples`` sequences of ``data.batch(samples, length, split="validation",
+    depth=depth)``, from a generator seeded by ``seed`` and the cell: every
+    model meets the same ones, and a reader who scores them another way (which
+    record's value a model copied, say) reads exactly those.
+
+    Returns:
+        ``inputs`` and ``targets``, each ``(samples, length)``; the answer is in
+        the last ``data.answer_len`` targets.
+    """
+    _check_task(data)
+    depth = _check_depth(depth)
+    if depth is None:
+        raise ValueError(f"depth must be a number in [0, 1], got {depth!r}")
+    return _cell(data, check_int("length", length, low=data.min_len), depth, check_int("samples", samples),
+                 check_int("seed", seed, low=0))
+
+
+def _check_task(data: Any) -> None:
+    if not all(hasattr(data, a) for a in ("answer_len", "min_len", "batch")):
+        raise ValueError(f"data must be a posenc.PasskeyRetrieval or another retrieval task with answer_len, min_len "
+                         f"and batch(..., depth=) (posenc.MultiKeyRetrieval, ...), got {type(data).__name__}")
+
+
+def _cell(data: Any, length: int, depth: float, samples: int, seed: int) -> Batch:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + length * 1009 + round(depth * 1000))
+    return data.batch(samples, length, g, split="validation", depth=depth)
+
+
 @torch.no_grad()
 def passkey_accuracy(
     model: Any,
@@ -157,9 +189,7 @@ def passkey_accuracy(
         ``(len(lengths), len(depths))`` float64 tensor of accuracies in ``[0, 1]``
         (rows: lengths, columns: depths), ready for a heat map.
     """
-    if not all(hasattr(data, a) for a in ("answer_len", "min_len", "batch")):
-        raise ValueError(f"data must be a posenc.PasskeyRetrieval or another retrieval task with answer_len, min_len "
-                         f"and batch(..., depth=) (posenc.MultiKeyRetrieval, ...), got {type(data).__name__}")
+    _check_task(data)
     lengths, depths = list(lengths), [_check_depth(d) for d in depths]
     if not lengths or not depths or any(d is None for d in depths):
         raise ValueError("lengths and depths must be non-empty sequences (depths of numbers in [0, 1])")
@@ -180,8 +210,7 @@ def passkey_accuracy(
     out = torch.zeros(len(lengths), len(depths), dtype=torch.float64)
     for a, n in enumerate(lengths):
         for b, depth in enumerate(depths):
-            g = torch.Generator().manual_seed(seed * 1_000_003 + n * 1009 + round(depth * 1000))
-            x, y = data.batch(samples, n, g, split="validation", depth=depth)
+            x, y = _cell(data, n, depth, samples, seed)
             correct = 0
             for i in range(0, samples, batch_size):
                 xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
