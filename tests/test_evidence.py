@@ -303,3 +303,17 @@ def test_verdict_names_the_outcome_of_two_tests_on_the_spread():
 def test_verdict_refuses_what_is_not_two_exclusive_tests(bad):
     with pytest.raises(ValueError):
         pe.verdict(**bad)
+
+
+@given(st.floats(-1e-3, 1e-3, allow_nan=False), st.sampled_from(["+.2f", ".2f", "+.3f", ".1%", "+.0f", ".2e"]))
+def test_spread_format_never_writes_minus_zero(value, spec):
+    """A value that rounds to zero is written without a minus sign; every other one exactly as format() writes it."""
+    text = format(pe.spread([value]), spec)
+    plain = format(value, spec)
+    if float(plain.rstrip("%")) == 0.0:
+        assert not text.startswith("-") and text.lstrip("+") == plain.lstrip("+-")
+        assert text.startswith("+") == ("+" in spec)
+    else:
+        assert text == plain
+    assert format(pe.spread([-0.004, -0.001, 0.002]), "+.2f") == "+0.00 (+0.00–+0.00)"
+    assert format(pe.spread([-0.02, -0.01, -0.006]), ".2f") == "-0.01 (-0.02–-0.01)"

@@ -134,14 +134,27 @@ class Spread:
     def __format__(self, spec: str) -> str:
         spec = spec or ".3f"
         if len(self.values) == 1:
-            return format(self.mean, spec)
-        return f"{format(self.mean, spec)} ({format(self.low, spec)}–{format(self.high, spec)})"
+            return _format_number(self.mean, spec)
+        return f"{_format_number(self.mean, spec)} ({_format_number(self.low, spec)}–{_format_number(self.high, spec)})"
 
     def __str__(self) -> str:
         return format(self, "")
 
     def __float__(self) -> float:
         return self.mean
+
+
+def _format_number(x: float, spec: str) -> str:
+    """``format(x, spec)``, without the minus sign of a value that rounds to zero ("-0.00" reads "0.00", "+0.00" with "+")."""
+    text = format(x, spec)
+    if text.startswith("-"):
+        try:
+            zero = float(text.rstrip("%")) == 0.0
+        except ValueError:
+            zero = False
+        if zero:
+            text = ("+" if "+" in spec else "") + text[1:]
+    return text
 
 
 def _low(x: Union[Spread, Number]) -> float:
