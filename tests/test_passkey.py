@@ -167,5 +167,8 @@ def test_passkey_sequences_are_the_ones_the_accuracy_scores(task):
             with torch.no_grad():
                 right = (model(x)[:, -k:].argmax(-1) == y[:, -k:]).all(-1)
             assert grid[a, b].item() == right.double().mean().item()
+    for depth in ("deep", None):                             # a cell has one depth: not None (uniform)
+        with pytest.raises(ValueError, match=f"depth must be a .*got {depth!r}"):
+            pe.passkey_sequences(task, 40, depth)
     x, _ = pe.passkey_sequences(task, 40, 0.3, samples=9, seed=4)
     assert not torch.equal(x, pe.passkey_sequences(task, 40, 0.3, samples=9, seed=5)[0])   # the seed moves them

@@ -130,10 +130,10 @@ def passkey_sequences(data: PasskeyRetrieval, length: int, depth: float, samples
         the last ``data.answer_len`` targets.
     """
     _check_task(data)
-    depth = _check_depth(depth)
-    if depth is None:
+    checked = _check_depth(depth)
+    if checked is None:
         raise ValueError(f"depth must be a number in [0, 1], got {depth!r}")
-    return _cell(data, check_int("length", length, low=data.min_len), depth, check_int("samples", samples),
+    return _cell(data, check_int("length", length, low=data.min_len), checked, check_int("samples", samples),
                  check_int("seed", seed, low=0))
 
 
