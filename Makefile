@@ -20,7 +20,7 @@ SITE   := _build/html
 JOBS   ?= 2
 # torch threads per worker and kernel: the cores shared out, so that JOBS
 # kernels do not fight over them (oversubscribed OpenMP threads spin-wait).
-THREADS ?= $(shell $(PYTHON) -c "import os; print(max(1, (os.cpu_count() or 1) // $(JOBS)))")
+THREADS ?= $(shell $(PYTHON) -c "import os; c = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1; print(max(1, c // $(JOBS)))")
 # Chapters that `make colab-check` runs as on Colab (file-name prefixes; empty: all),
 # and the quick ones that `make test` runs that way (empty: none).
 CHAPTERS ?=

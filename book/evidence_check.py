@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book"))
+from execute import usable_cores  # noqa: E402  (the cores the kernels share, as the book's build counts them)
 
 
 def training_chapters(prefixes=()) -> list:
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
         env = dict(os.environ, ATEN_CPU_CAPABILITY=kernels, POSENC_SEED=args.seed, POSENC_CACHE=cache,
                    POSENC_PROGRESS="0",  # no progress widgets: nbval reads no messages while a cell runs
                    POSENC_SIZE=os.environ.get("POSENC_SIZE", "small"),
-                   OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // jobs)))
+                   OMP_NUM_THREADS=str(max(1, usable_cores() // jobs)))
         parallel = ["-n", str(jobs), "--dist", "loadfile"] if jobs > 1 else []
         names = " ".join(p.stem for p in chapters)
         print(f"evidence check: {names}\n  ATEN_CPU_CAPABILITY={kernels} POSENC_SEED={args.seed}, "

@@ -63,6 +63,14 @@ def execution_settings() -> dict:
     return dict(timeout=execute.get("timeout", 30), allow_errors=bool(execute.get("allow_errors", False)))
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container or ``taskset`` may allow fewer than the machine has)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def _trains(nb) -> bool:
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     return "pe.train(" in code or "pe.train_seeds(" in code
@@ -113,7 +121,7 @@ def main(argv=None) -> int:
     if not todo:
         print(f"execute: all {len(notebooks)} notebooks are in the execution cache", flush=True)
         return 0
-    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    threads = max(1, usable_cores() // args.jobs)
     print(f"execute: {len(todo)} notebook{'s' * (len(todo) != 1)}, {args.jobs} at a time, {threads} thread(s) each"
           + (f" ({skipped} already in the cache)" if skipped else ""), flush=True)
     settings = execution_settings()

@@ -1,6 +1,7 @@
 """book/execute.py: the notebooks executed side by side into the execution cache that the book's build reads."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_notebooks_run_side_by_side_and_only_those_that_succeed_are_cached(tmp_p
     _notebook(tmp_path / "nb" / "other.ipynb", "x = 2 + 2")
     monkeypatch.setattr(execute, "ROOT", tmp_path)
     monkeypatch.setattr(execute, "build_cache", lambda: tmp_path / "_build" / ".jupyter_cache")
-    monkeypatch.setattr(execute.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(execute, "usable_cores", lambda: 2)
     assert execute.main(["--jobs", "2"]) == 1  # one failed: status 1, after the others ran
     out = capsys.readouterr().out
     assert "nb/bad.ipynb FAILED" in out and "broken cell" in out and "2 of 3 notebooks" in out
@@ -74,3 +75,19 @@ def test_notebooks_run_side_by_side_and_only_those_that_succeed_are_cached(tmp_p
     assert "1 notebook, 2 at a time" in capsys.readouterr().out
     assert execute.main([]) == 0
     assert "all 3 notebooks are in the execution cache" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2, reason="needs CPU affinity and 2 CPUs")
+def test_the_cores_are_those_the_process_may_run_on():
+    """Under taskset or a container's cpuset the kernels share the allowed cores, not every core of the machine."""
+    execute = _load()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        code = 1
+        try:
+            os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+            code = 0 if execute.usable_cores() == 1 < (os.cpu_count() or 1) else 2
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert execute.usable_cores() == len(os.sched_getaffinity(0))
