@@ -315,5 +315,8 @@ def test_spread_format_never_writes_minus_zero(value, spec):
         assert text.startswith("+") == ("+" in spec)
     else:
         assert text == plain
+
+
+def test_spread_format_drops_the_sign_of_each_rounded_zero_only():
     assert format(pe.spread([-0.004, -0.001, 0.002]), "+.2f") == "+0.00 (+0.00–+0.00)"
     assert format(pe.spread([-0.02, -0.01, -0.006]), ".2f") == "-0.01 (-0.02–-0.01)"
