@@ -22,11 +22,12 @@ so that, unrolled,
   (:func:`decay_rates` ``"alibi"``; Press et al., 2022).
 * **Gates** (one factor per head and step, ``gamma`` of shape ``(batch,
   heads, seq)``): computed from the token, ``gamma_t = sigmoid(w . x_t +
-  b)^(1/tau)`` (:func:`gate_decay`), the scalar gate of Gated Linear
-  Attention (Yang et al., 2024, "Gated Linear Attention Transformers with
-  Hardware-Efficient Training", Sec. 4.1, with ``tau = 16``) and of Mamba-2
-  (Dao & Gu, 2024, "Transformers are SSMs", a scalar times identity state
-  transition).
+  b)^(1/tau)`` (:func:`gate_decay`): the parametrisation of Gated Linear
+  Attention's gates (Yang et al., 2024, "Gated Linear Attention Transformers
+  with Hardware-Efficient Training", Sec. 4.1, with ``tau = 16``; GLA itself
+  gates each key channel) at the granularity of Mamba-2, one scalar per head
+  and step (Dao & Gu, 2024, "Transformers are SSMs", a scalar times identity
+  state transition, whose gate is ``exp(-softplus(.) a)``).
 
 Three forms compute the same output:
 
@@ -46,7 +47,7 @@ Three forms compute the same output:
 suit a decayed state (RetNet, GLA and Mamba-2 all drop it). As they do, the
 output of each head is normalised instead: by default an RMSNorm over the
 head's channels without gain (``normalize=True``), the mean-free form of
-RetNet's GroupNorm over heads (Sun et al., 2023, Eq. 8) and GLA's per-head
+RetNet's GroupNorm, one group per head (Sun et al., 2023, Eq. 8), and GLA's per-head
 RMSNorm; the layer's output projection follows. The norm makes each output
 row scale-invariant, so RetNet's extra rescalings of ``Q K^T`` and of the decay
 matrix (its Sec. 2.2, "retention score normalization") change nothing beyond
@@ -155,7 +156,7 @@ def decay_rates(
 
 
 def gate_decay(logits: torch.Tensor, temperature: float = 16.0, *, log: bool = False) -> torch.Tensor:
-    """Gates ``gamma = sigmoid(logits)^(1/tau)`` in ``(0, 1)`` (GLA's and Mamba-2's scalar gate).
+    """Gates ``gamma = sigmoid(logits)^(1/tau)`` in ``(0, 1)`` (GLA's parametrisation, one gate per head).
 
     ``logits`` are ``w . x_t + b`` per head and step; ``tau = temperature``
     (Yang et al., 2024, use 16) pushes the gates towards 1, a slow decay,

@@ -479,7 +479,7 @@ _EXERCISES: Dict[str, _Exercise] = {
     "9.2": _Exercise(
         title="the smallest RoPE base whose sum of cos(m θ_i) stays >= 0 for every m up to 1024, head_dim 16 "
               "(a number to 1 %, or a function min_base(context_length, dim))",
-        confirm="This is the base the chapter raises to for 16 L: the bound grows quickly with the length.",
+        confirm="This is the base the chapter raises to for 16 L in the small mode: the bound grows quickly with the length.",
         hint="for a base b, compute B(m) = sum_i cos(m b^(-2i/d)) for m = 0 .. n; scan b upward (logarithmically) "
              "until no B(m) is negative, then narrow it down.",
         expected=lambda: rope_min_base(1024, 16), rtol=1e-2,

@@ -15,7 +15,7 @@ and an output projection. The layers differ only in the mixing:
 ``"decay"``    linear attention whose state decays by a fixed rate per head: RetNet's
                retention (Sun et al., 2023; :func:`posenc.decayed_linear_attention`)
 ``"gated"``    the same with a learned gate per head and step, ``sigmoid(w.x+b)^(1/tau)``
-               (GLA, Yang et al., 2024; Mamba-2's scalar decay)
+               (GLA's form, Yang et al., 2024; one per head, as Mamba-2)
 =============  =====================================================================
 
 Position enters through a :class:`Positions` record that the model fills from
@@ -570,7 +570,7 @@ class DecayAttention(_MultiHead):
 
 
 class GatedDecayAttention(DecayAttention):
-    """Decayed linear attention with a learned gate per head and step (GLA's scalar gate; :mod:`posenc.decay`).
+    """Decayed linear attention with a learned gate per head and step (GLA's parametrisation; :mod:`posenc.decay`).
 
     ``gamma_t = sigmoid(w_h . x_t + b_h)^(1 / tau)`` from the layer's input
     (:func:`posenc.gate_decay`), a linear map ``gate`` ``(d_model -> n_heads)``
