@@ -142,9 +142,20 @@ def test_every_kind_is_causal_beyond_training_length(kind, position):
     assert not torch.allclose(a[:, t + 1:], b[:, t + 1:], atol=1e-4)
 
 
+def test_transnormer_layout_puts_diag_attention_in_the_lower_half():
+    assert pe.transnormer_layout(1) == ["norm"] and pe.transnormer_layout(2) == ["diag", "norm"]
+    assert pe.transnormer_layout(3) == ["diag", "norm", "norm"]              # the odd layer goes to NormAttention
+    assert pe.transnormer_layout(6) == ["diag"] * 3 + ["norm"] * 3
+    model = lm(pe.transnormer_layout(3), "none")
+    assert [type(b.attn) for b in model.blocks] == [Y.DiagAttention, Y.NormAttention, Y.NormAttention]
+    for bad in (0, -2, 2.0, True, "4", None):
+        with pytest.raises(ValueError, match="n_layers"):
+            pe.transnormer_layout(bad)
+
+
 def test_transnormer_hybrid_per_layer():
     n = 4
-    kinds = ["diag"] * (n // 2) + ["norm"] * (n - n // 2)
+    kinds = pe.transnormer_layout(n)
     model = lm(kinds, "none", ffn="glu")
     assert [type(b.attn) for b in model.blocks] == [Y.DiagAttention] * 2 + [Y.NormAttention] * 2
     assert model.config["attention"] == kinds and model.config["ffn"] == "glu"

@@ -129,6 +129,7 @@ from .linear import (
     rope_linear_attention,
     locally_accumulated_attention,
     gradient_relative_std,
+    transnormer_layout,
 )
 from .decay import (
     DECAY_RATES,
@@ -300,6 +301,7 @@ __all__ = [
     "rope_linear_attention",
     "locally_accumulated_attention",
     "gradient_relative_std",
+    "transnormer_layout",
     "DECAY_RATES",
     "decay_rates",
     "gate_decay",

@@ -28,8 +28,8 @@ two problems of kernel linear attention and fixes each:
 
 RoPE can be used inside linear attention by rotating the features in the
 numerator only (Su, 2021): :func:`rope_linear_attention`. The layers built on
-these kernels, and the TransNormer layout of a model, are in
-:mod:`posenc.layers` (``TinyLM(attention=["diag", "norm"])``).
+these kernels are in :mod:`posenc.layers`; :func:`transnormer_layout` gives a
+model's TransNormer layout (``TinyLM(attention=transnormer_layout(n_layers))``).
 
 Tensors are ``(batch, heads, seq, head_dim)`` throughout.
 """
@@ -59,6 +59,7 @@ __all__ = [
     "rope_linear_attention",
     "locally_accumulated_attention",
     "gradient_relative_std",
+    "transnormer_layout",
 ]
 
 FeatureMap = Callable[[torch.Tensor], torch.Tensor]
@@ -579,3 +580,20 @@ def gradient_relative_std(values: Union[Sequence[float], torch.Tensor]) -> float
     if mean <= 0:
         raise ValueError(f"the mean must be positive, got {mean.item()}")
     return (g.std(unbiased=False) / mean).item()
+
+
+def transnormer_layout(n_layers: int) -> list:
+    """TransNormer's attention kinds for ``n_layers`` layers: DiagAttention first, then NormAttention.
+
+    Qin et al. (2022, Sec. 4.3) put the local DiagAttention in the lower half
+    of the layers and NormAttention in the upper half; an odd count gives the
+    extra layer to NormAttention. The list is ``TinyLM(attention=...)``'s.
+
+    >>> transnormer_layout(4)
+    ['diag', 'diag', 'norm', 'norm']
+
+    Raises:
+        ValueError: if ``n_layers`` is not a positive integer.
+    """
+    n_layers = check_int("n_layers", n_layers)
+    return ["diag"] * (n_layers // 2) + ["norm"] * (n_layers - n_layers // 2)
