@@ -296,15 +296,35 @@ def main() -> None:
     # best[r, s, n, backward]: the best of `repeats` interleaved timings in round r. Rounds run one after
     # the other over every length, so that their spread shows how much a ratio moves from run to run.
     best: Dict[tuple, float] = {}
+    too_big: set = set()  # (scheme, n) that ran out of GPU memory: left out of the CSV, said in the output
+    out_of_memory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+    def fits(call, scheme, n, what, timing=True):
+        """``call()``, or None if it ran out of GPU memory (a timing: ``(scheme, n)`` is left out from then on)."""
+        try:
+            return call()
+        except out_of_memory:
+            if timing:
+                too_big.add((scheme, n))
+            print(f"\n{scheme} at n={n}: out of GPU memory ({what}); "
+                  f"{'no timing at this length' if timing else 'not measured'}", file=sys.stderr, flush=True)
+            torch.cuda.empty_cache()
+            return None
+
     for r in range(args.rounds):
         for n in lengths:
-            todo = [s for s in schemes if not (s == "naive" and n > naive_max)]
-            cases = {s: make_case(s, n, device, dtype) for s in todo}
+            todo = [s for s in schemes if not (s == "naive" and n > naive_max) and (s, n) not in too_big]
+            cases = {}
+            for s in todo:
+                cases[s] = fits(lambda: make_case(s, n, device, dtype), s, n, "its tables")
             for backward in (False, True):
+                todo = [s for s in todo if (s, n) not in too_big]
                 q, k, v, dy = inputs(n, device, dtype, backward)
                 steps = {s: step(cases[s], q, k, v, dy, backward) for s in todo}
+                for s in todo:  # warm-up: caches, compiled kernels
+                    fits(steps[s], s, n, "forward+backward" if backward else "forward")
+                todo = [s for s in todo if (s, n) not in too_big]
                 for s in todo:
-                    steps[s]()  # warm-up: caches, compiled kernels
                     best[r, s, n, backward] = float("inf")
                 for _ in range(args.repeats):  # interleaved, so that drifts hit every scheme alike
                     for s in todo:
@@ -313,7 +333,7 @@ def main() -> None:
             if bar:
                 bar.update(len(schemes))
     for n in lengths:
-        for s in [s for s in schemes if not (s == "naive" and n > naive_max)]:
+        for s in [s for s in schemes if not (s == "naive" and n > naive_max) and (s, n) not in too_big]:
             row: Dict[str, object] = dict(scheme=s, n=n)
             for backward, name in ((False, "forward"), (True, "forward_backward")):
                 times = [best[r, s, n, backward] for r in range(args.rounds)]
@@ -323,8 +343,8 @@ def main() -> None:
                 row[f"{name}_ratio_min"], row[f"{name}_ratio_max"] = round(ratios[0], 4), round(ratios[-1], 4)
             if not args.no_memory:
                 for backward, key in ((False, "forward_mib"), (True, "forward_backward_mib")):
-                    mib = (peak_memory_cuda(make_case(s, n, device, dtype), n, device, dtype, backward)
-                           if device.type == "cuda" else peak_memory_cpu(s, n, backward))
+                    mib = (fits(lambda: peak_memory_cuda(make_case(s, n, device, dtype), n, device, dtype, backward),
+                                s, n, "its peak memory", timing=False) if device.type == "cuda" else peak_memory_cpu(s, n, backward))
                     row[key] = None if mib is None else round(mib, 1)
             row.update(device=device.type, machine=where, kernel_set=kernels, dtype=str(dtype).replace("torch.", ""),
                        torch=torch.__version__, batch=BATCH, heads=HEADS, head_dim=HEAD_DIM, rounds=args.rounds)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import platform
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -40,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 import posenc as pe
+from attention import machine  # beside this file: the GPU's name, or the CPU model and threads
 from posenc.scheme import POSITION_SCHEMES
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_throughput.csv"
@@ -112,7 +112,7 @@ def main() -> None:
             rows.append(dict(scheme=s, length=n, batch=batch, tokens_per_s=round(tps, 1),
                              relative_to_nope=round(best["none"] / best[s], 4),
                              device=device.type, threads=torch.get_num_threads(),
-                             mode=preset.mode, machine=platform.machine()))
+                             mode=preset.mode, machine=machine(), torch=torch.__version__))
 
     print(f"\n{'scheme':14s}" + "".join(f"{'L=' + str(n):>20s}" for n in lengths))
     print(f"{'':14s}" + "".join(f"{'tokens/s  vs NoPE':>20s}" for _ in lengths))

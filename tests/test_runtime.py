@@ -34,6 +34,7 @@ def test_seed_everything_is_deterministic():
 
 # --- the measurements shipped with the library --------------------------------------------------------------
 
+SHIPPED = ["posenc/measured/attention-cpu.csv", "posenc/measured/attention-h200.csv"]
 COLUMNS = {"scheme", "n", "forward_ratio", "forward_backward_ratio", "forward_mib", "machine", "dtype", "torch", "rounds",
            "forward_ratio_min", "forward_ratio_max", "forward_backward_ratio_min", "forward_backward_ratio_max"}
 
@@ -42,13 +43,21 @@ def test_measured_costs_are_package_data_read_from_any_folder(tmp_path, monkeypa
     """A chapter downloaded on its own finds the book's measurements wherever posenc is installed."""
     monkeypatch.chdir(tmp_path)
     runs = pe.measured_costs()
-    assert list(runs) == ["posenc/measured/attention-cpu.csv"] == list(pe.measured_costs(own=False))
-    rows = runs["posenc/measured/attention-cpu.csv"]
-    assert COLUMNS <= set(rows[0]) and {r["scheme"] for r in rows} >= {"causal SDPA", "RoPE", "ALiBi", "window 512"}
-    assert all(r["forward_ratio"] == "1.0" for r in rows if r["scheme"] == "causal SDPA")
-    for r in rows:  # the median of the rounds lies within their range
-        for column in ("forward_ratio", "forward_backward_ratio"):
-            assert float(r[column + "_min"]) <= float(r[column]) <= float(r[column + "_max"]), r
+    assert list(runs) == SHIPPED == list(pe.measured_costs(own=False))
+    for source, rows in runs.items():
+        device = rows[0]["device"]
+        assert device == ("cpu" if source.endswith("-cpu.csv") else "cuda") and all(r["device"] == device for r in rows)
+        columns = COLUMNS if device == "cpu" else COLUMNS - {"forward_mib"}   # the GPU run measured no memory
+        assert columns <= set(rows[0]) and {r["scheme"] for r in rows} >= {"causal SDPA", "RoPE", "ALiBi", "window 512"}
+        assert all(r["forward_ratio"] == "1.0" for r in rows if r["scheme"] == "causal SDPA")
+        lengths = {int(r["n"]) for r in rows}
+        assert all(("causal SDPA", n) in {(r["scheme"], int(r["n"])) for r in rows} for n in lengths)  # a base per n
+        for r in rows:  # the median of the rounds lies within their range
+            for column in ("forward_ratio", "forward_backward_ratio"):
+                assert float(r[column + "_min"]) <= float(r[column]) <= float(r[column + "_max"]), r
+    (train,) = pe.measured_costs("train_throughput", own=False).values()
+    assert {r["scheme"] for r in train} == set(pe.POSITION_SCHEMES)
+    assert all(r["relative_to_nope"] == "1.0" for r in train if r["scheme"] == "none")
 
 
 def test_measured_costs_put_a_readers_own_first(tmp_path, monkeypatch):
@@ -62,13 +71,14 @@ def test_measured_costs_put_a_readers_own_first(tmp_path, monkeypatch):
     (tmp_path / "chapters").mkdir()
     monkeypatch.chdir(tmp_path / "chapters")
     runs = pe.measured_costs("attention")
-    assert list(runs) == [str(own / "attention.csv"), "posenc/measured/attention-cpu.csv"]
+    assert list(runs) == [str(own / "attention.csv"), *SHIPPED]
     assert runs[str(own / "attention.csv")] == [{"scheme": "causal SDPA", "n": "512", "forward_ratio": "1.0",
                                                   "machine": "my laptop"}]
-    assert list(pe.measured_costs(own=False)) == ["posenc/measured/attention-cpu.csv"]
-    assert list(pe.measured_costs("train_throughput")) == [str(own / "train_throughput.csv")]
-    with pytest.raises(ValueError, match="train_throughput"):
-        pe.measured_costs("train_throughput", own=False)
+    assert list(pe.measured_costs(own=False)) == SHIPPED
+    assert list(pe.measured_costs("train_throughput")) == [str(own / "train_throughput.csv"),
+                                                           "posenc/measured/train_throughput-h200.csv"]
+    with pytest.raises(ValueError, match="peak_rss"):  # a benchmark that has neither own nor shipped files
+        pe.measured_costs("peak_rss")
 
 
 @pytest.mark.parametrize("kind", ["nope", "", "../attention", "attention-cpu", 3, None])

@@ -289,3 +289,22 @@ def test_source_hash_of_a_class_defined_in_a_notebook_follows_its_code():
         inspect.getsource(a)
     keys = [model(cls()).config["position"]["source"] for cls in (a, b, same)]
     assert keys[0] != keys[1] and keys[0] == keys[2]
+
+
+def test_sinusoidal_scheme_table_is_kept_per_length_and_never_stale():
+    """The added table is computed once per (length, device, dtype, base) and equals the formula every time."""
+    scheme = pe.SinusoidalPositions()
+    scheme.bind(d_model=8, n_heads=2, n_layers=1)
+    x = torch.randn(2, 5, 8)
+    for _ in range(2):  # the second call reads the kept table
+        torch.testing.assert_close(scheme.embed(x), x + pe.sinusoidal_embedding(5, 8), rtol=0, atol=0)
+    assert len(scheme._tables) == 1
+    torch.testing.assert_close(scheme.embed(x[:, :3]), x[:, :3] + pe.sinusoidal_embedding(3, 8), rtol=0, atol=0)
+    torch.testing.assert_close(scheme.embed(x.double()), x.double() + pe.sinusoidal_embedding(5, 8, dtype=torch.float64))
+    scheme.base = 100.0  # changed after use: the new base's table, not the kept one
+    torch.testing.assert_close(scheme.embed(x), x + pe.sinusoidal_embedding(5, 8, 100.0), rtol=0, atol=0)
+    for t in range(1, 12):  # the number of kept tables stays bounded
+        scheme.embed(torch.randn(1, t, 8))
+    assert len(scheme._tables) <= 8
+    ids = torch.tensor([[4, 0, 2]])  # explicit position ids: the table's rows at those ids
+    torch.testing.assert_close(scheme.embed(x[:1, :3], ids), x[:1, :3] + pe.sinusoidal_embedding(5, 8, 100.0)[ids], rtol=0, atol=0)

@@ -385,7 +385,7 @@ def test_wheel_and_sdist_build_and_pass_twine_check(tmp_path):
                       wheel])
     assert installed.returncode == 0, installed.stdout + installed.stderr
     code = ("import posenc as pe; assert pe.__file__.startswith(%r), pe.__file__; "
-            "print(sorted(pe.measured_costs()))" % str(site))
+            "print(sorted([*pe.measured_costs(), *pe.measured_costs('train_throughput')]))" % str(site))
     read = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=elsewhere,
                           env={**os.environ, "PYTHONPATH": str(site)})
     assert read.returncode == 0, read.stderr[-3000:]

@@ -215,7 +215,7 @@ def measured_costs(kind: str = "attention", *, own: bool = True) -> Dict[str, Li
 
     >>> runs = measured_costs("attention", own=False)
     >>> list(runs)
-    ['posenc/measured/attention-cpu.csv']
+    ['posenc/measured/attention-cpu.csv', 'posenc/measured/attention-h200.csv']
     >>> row = runs["posenc/measured/attention-cpu.csv"][0]
     >>> row["scheme"], row["n"], row["forward_ratio"]
     ('causal SDPA', '512', '1.0')

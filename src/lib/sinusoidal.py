@@ -417,6 +417,7 @@ class SinusoidalPositions(PositionScheme):
     def __init__(self, base: float = 10000.0) -> None:
         super().__init__()
         self.base = _check_base(base)
+        self._tables: dict = {}  # (seq, device, dtype, d_model, base) -> the table, cast, on the device
 
     def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:
         if d_model % 2:
@@ -429,5 +430,10 @@ class SinusoidalPositions(PositionScheme):
         if positions is not None:  # (batch, seq) ids: the table's rows at those positions
             rows = sinusoidal_embedding(int(positions.max()) + 1, self.d_model, self.base)
             return x + rows.to(device=x.device, dtype=x.dtype)[positions]
-        table = sinusoidal_embedding(t, self.d_model, self.base) if t else x.new_zeros(0, self.d_model)
-        return x + table.to(device=x.device, dtype=x.dtype)
+        key = (t, x.device, x.dtype, self.d_model, self.base)
+        if key not in self._tables:  # computed once per length, device and dtype: no host-to-GPU copy per step
+            if len(self._tables) >= 8:
+                self._tables.clear()
+            table = sinusoidal_embedding(t, self.d_model, self.base) if t else x.new_zeros(0, self.d_model)
+            self._tables[key] = table.to(device=x.device, dtype=x.dtype)  # (seq, d_model)
+        return x + self._tables[key]
