@@ -3,9 +3,10 @@
 #
 # Here (with network):   make gpu-kit          # wheels the GPU machine lacks, in .gpu-kit/ (about 30 MB)
 # There, one step per command (each well under 10 minutes), with .gpu-kit carried along:
-#   bash benchmarks/on_gpu.sh tests           # install, then tests/test_cuda.py and the attention tests on CUDA
+#   bash benchmarks/on_gpu.sh tests           # install, then the CUDA tests (about 2 minutes; `tests all`: CPU cases too)
 #   bash benchmarks/on_gpu.sh bench           # attention benchmark in bf16, n = 512 ... 32768, and training throughput
 #   bash benchmarks/on_gpu.sh bench --lengths 8192 32768 --rounds 2   # shorter (arguments go to attention.py)
+#   bash benchmarks/on_gpu.sh profile         # where FlexAttention's time goes (benchmarks/flex_profile.py), n = 16384
 #   bash benchmarks/on_gpu.sh chapters 07     # chapters in full mode, timed, executed notebooks kept
 # Results go to $OUT (the device tool's folder) or _build/gpu.
 set -euo pipefail
@@ -31,17 +32,23 @@ shift || true
 case "$step" in
   tests)
     install
-    $PY -m pytest tests/test_cuda.py tests/test_relative_attention.py tests/test_attention.py tests/test_sinks.py \
-      -q -p no:cacheprovider -x 2>&1 | tee "$OUT/tests.txt" | tail -20 ;;
+    # the CUDA cases (about 2 minutes on an H200, 80 s of it compiling FlexAttention at every length);
+    # `tests all` adds the CPU cases of the attention tests (over 3 minutes more)
+    if [ "${1:-}" = all ]; then more="tests/test_relative_attention.py tests/test_attention.py tests/test_sinks.py"; mark=; else more=; mark="-m cuda"; fi
+    $PY -m pytest tests/test_cuda.py tests/test_runtime.py $more $mark -v -p no:cacheprovider \
+      --durations=10 2>&1 | tee "$OUT/tests.txt" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -40 ;;
   bench)
     install
     gpu=$($PY -c "import torch; print(torch.cuda.get_device_name(0).split()[-1].lower())")
     $PY benchmarks/attention.py --out "$OUT/attention-$gpu.csv" "$@" 2>&1 | tail -40
     $PY benchmarks/train_throughput.py --mode full 2>&1 | tail -20 | tee "$OUT/train_throughput.txt"
     cp benchmarks/results/train_throughput.csv "$OUT/train_throughput-$gpu.csv" ;;
+  profile)
+    install
+    $PY benchmarks/flex_profile.py --out "$OUT" "$@" 2>&1 | grep -v Warning | tail -40 ;;
   chapters)
     install
     POSENC_SIZE=full POSENC_STATIC=1 $PY benchmarks/run_chapters.py --out "$OUT" "$@" ;;
   *)
-    echo "usage: bash benchmarks/on_gpu.sh tests | bench | chapters [prefix ...]" >&2; exit 2 ;;
+    echo "usage: bash benchmarks/on_gpu.sh tests [all] | bench [args] | profile [args] | chapters [prefix ...]" >&2; exit 2 ;;
 esac
