@@ -134,7 +134,11 @@ def variants(n: int, heads: int, device: torch.device, dtype: torch.dtype) -> Di
         "pe.relative_attention, table": (lambda q, k, v: pe.relative_attention(q, k, v, distance_bias=table_log),
                                          log_ref, True),
         "rotation alone (RoPE on q and k)": (lambda q, k, v: rope(q, k)[0], None, True),
+        "rotation, tiny q and k (launch and Python only)": (lambda q, k, v: rope(q[:, :, :1], k[:, :, :1])[0], None, True),
     }
+    if device.type == "cuda":  # the same rotation as one fused kernel per tensor
+        fused = torch.compile(lambda q, k: rope(q, k), dynamic=False)
+        out["rotation alone, compiled"] = (lambda q, k, v: fused(q, k)[0], None, True)
     if device.type == "cuda":
         for name, which in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                             ("cuDNN", getattr(SDPBackend, "CUDNN_ATTENTION", None))):
