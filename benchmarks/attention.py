@@ -343,8 +343,11 @@ def main() -> None:
                 row[f"{name}_ratio_min"], row[f"{name}_ratio_max"] = round(ratios[0], 4), round(ratios[-1], 4)
             if not args.no_memory:
                 for backward, key in ((False, "forward_mib"), (True, "forward_backward_mib")):
-                    mib = (fits(lambda: peak_memory_cuda(make_case(s, n, device, dtype), n, device, dtype, backward),
-                                s, n, "its peak memory", timing=False) if device.type == "cuda" else peak_memory_cpu(s, n, backward))
+                    if device.type == "cuda":
+                        mib = fits(lambda: peak_memory_cuda(make_case(s, n, device, dtype), n, device, dtype, backward),
+                                   s, n, "its peak memory", timing=False)
+                    else:
+                        mib = peak_memory_cpu(s, n, backward)
                     row[key] = None if mib is None else round(mib, 1)
             row.update(device=device.type, machine=where, kernel_set=kernels, dtype=str(dtype).replace("torch.", ""),
                        torch=torch.__version__, batch=BATCH, heads=HEADS, head_dim=HEAD_DIM, rounds=args.rounds)

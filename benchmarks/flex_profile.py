@@ -72,7 +72,7 @@ def timer(device: torch.device) -> Callable[[Callable[[], None], int], float]:
 
 
 def variants(n: int, heads: int, device: torch.device, dtype: torch.dtype) -> Dict[str, tuple]:
-    """``{name: (fn(q, k, v) -> out, reference(q, k, v) -> out or None, backward possible)}``."""
+    """``{name: (fn(q, k, v) -> out, reference(q, k, v) -> out, or None where there is nothing to check)}``."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -121,31 +121,31 @@ def variants(n: int, heads: int, device: torch.device, dtype: torch.dtype) -> Di
     log_ref = reference(lambda d: -r1[:, None, None] * torch.log1p(r2[:, None, None] * d))
     power_ref = reference(lambda d: -r1[:, None, None] * d.pow(r2[:, None, None]))
     rope = pe.RotaryEmbedding(HEAD_DIM).to(device)
+    plain_ref = reference(lambda d: 0 * d)
     out = {
-        "SDPA": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), reference(lambda d: 0 * d), True),
-        "SDPA, head_dim doubled (Sandwich folded)": (None, None, True),  # built on wider inputs in main()
-        "flex, no score_mod": (flex(None), reference(lambda d: 0 * d), True),
-        "flex, ALiBi score_mod": (flex(alibi_mod), alibi_ref, True),
-        "flex, table read (KERPLE log)": (flex(table_mod(table_log)), log_ref, True),
-        "flex, KERPLE log computed": (flex(log_mod), log_ref, True),
-        "flex, KERPLE power computed": (flex(power_mod), power_ref, True),
-        "flex, table read (KERPLE power)": (flex(table_mod(table_power)), power_ref, True),
-        "pe.relative_attention, ALiBi": (lambda q, k, v: pe.relative_attention(q, k, v, slopes=slopes), alibi_ref, True),
+        "SDPA": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), plain_ref),
+        "SDPA, head_dim doubled (Sandwich folded)": (None, None),  # run on inputs of twice the width in main()
+        "flex, no score_mod": (flex(None), plain_ref),
+        "flex, ALiBi score_mod": (flex(alibi_mod), alibi_ref),
+        "flex, table read (KERPLE log)": (flex(table_mod(table_log)), log_ref),
+        "flex, KERPLE log computed": (flex(log_mod), log_ref),
+        "flex, KERPLE power computed": (flex(power_mod), power_ref),
+        "flex, table read (KERPLE power)": (flex(table_mod(table_power)), power_ref),
+        "pe.relative_attention, ALiBi": (lambda q, k, v: pe.relative_attention(q, k, v, slopes=slopes), alibi_ref),
         "pe.relative_attention, table": (lambda q, k, v: pe.relative_attention(q, k, v, distance_bias=table_log),
-                                         log_ref, True),
-        "rotation alone (RoPE on q and k)": (lambda q, k, v: rope(q, k)[0], None, True),
-        "rotation, tiny q and k (launch and Python only)": (lambda q, k, v: rope(q[:, :, :1], k[:, :, :1])[0], None, True),
+                                         log_ref),
+        "rotation alone (RoPE on q and k)": (lambda q, k, v: rope(q, k)[0], None),
+        "rotation, tiny q and k (launch and Python only)": (lambda q, k, v: rope(q[:, :, :1], k[:, :, :1])[0], None),
     }
     if device.type == "cuda":  # the same rotation as one fused kernel per tensor
         fused = torch.compile(lambda q, k: rope(q, k), dynamic=False)
-        out["rotation alone, compiled"] = (lambda q, k, v: fused(q, k)[0], None, True)
-    if device.type == "cuda":
+        out["rotation alone, compiled"] = (lambda q, k, v: fused(q, k)[0], None)
         for name, which in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                             ("cuDNN", getattr(SDPBackend, "CUDNN_ATTENTION", None))):
             if which is not None:
-                out[f"SDPA, {name} backend"] = (backend(which), None, True)
+                out[f"SDPA, {name} backend"] = (backend(which), None)
         for bm, bn in ((128, 128), (128, 64), (64, 64)):
-            out[f"flex, ALiBi, blocks {bm}x{bn}"] = (flex(alibi_mod, BLOCK_M=bm, BLOCK_N=bn), alibi_ref, True)
+            out[f"flex, ALiBi, blocks {bm}x{bn}"] = (flex(alibi_mod, BLOCK_M=bm, BLOCK_N=bn), alibi_ref)
     return out
 
 
@@ -176,7 +176,7 @@ def main() -> None:
         wide = [torch.cat([t, t], -1) for t in (q, k, v)]
         cases = variants(n, args.heads, device, dtype)
         base: Dict[bool, float] = {}
-        for name, (fn, ref, can_backward) in cases.items():
+        for name, (fn, ref) in cases.items():
             inputs = (q, k, v)
             if fn is None:  # Sandwich folded: SDPA on the doubled width
                 fn, inputs = cases["SDPA"][0], tuple(wide)
@@ -188,7 +188,7 @@ def main() -> None:
                         row["max_abs_error"] = float((fn(*inputs).float() - ref(*inputs)).abs().max())
                         if device.type == "cuda":
                             torch.cuda.empty_cache()
-                for backward in ((False, True) if backward_too and can_backward else (False,)):
+                for backward in (False, True) if backward_too else (False,):
                     leaves = [t.detach().requires_grad_(backward) for t in inputs]
 
                     def call(fn=fn, leaves=leaves, backward=backward):
@@ -215,9 +215,9 @@ def main() -> None:
             except Exception as err:  # report and go on: one variant must not cost the others
                 row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
             rows.append(row)
-            print(f"n={n:6d} {name:42s} " + "  ".join(
-                f"{k} {row[k]}" for k in ("forward_ms", "forward_ratio", "forward_backward_ms", "forward_backward_ratio",
-                                          "max_abs_error", "error") if row.get(k) is not None), flush=True)
+            shown = [k for k in ("forward_ms", "forward_ratio", "forward_backward_ms", "forward_backward_ratio",
+                                 "max_abs_error", "error") if row.get(k) is not None]
+            print(f"n={n:6d} {name:48s} " + "  ".join(f"{k} {row[k]}" for k in shown), flush=True)
     stem = f"flex_profile-{where.split()[-1].lower()}"
     columns = list(dict.fromkeys(k for r in rows for k in r))
     with open(args.out / f"{stem}.csv", "w", newline="") as f:
