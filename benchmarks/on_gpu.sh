@@ -41,8 +41,8 @@ case "$step" in
     install
     gpu=$($PY -c "import torch; print(torch.cuda.get_device_name(0).split()[-1].lower())")
     $PY benchmarks/attention.py --out "$OUT/attention-$gpu.csv" "$@" 2>&1 | tail -40
-    $PY benchmarks/train_throughput.py --mode full 2>&1 | tail -20 | tee "$OUT/train_throughput.txt"
-    cp benchmarks/results/train_throughput.csv "$OUT/train_throughput-$gpu.csv" ;;
+    $PY benchmarks/train_throughput.py --mode full --out "$OUT/train_throughput-$gpu.csv" 2>&1 | tail -20 \
+      | tee "$OUT/train_throughput.txt" ;;
   profile)
     install
     $PY benchmarks/flex_profile.py --out "$OUT" "$@" 2>&1 | grep -v Warning | tail -40 ;;

@@ -23,7 +23,7 @@ Usage::
     python benchmarks/train_throughput.py                   # preset sizes, L and 4L
     python benchmarks/train_throughput.py --lengths 64 512 --steps 20
 
-Results go to ``benchmarks/results/train_throughput.csv`` (git-ignored).
+Results go to ``benchmarks/results/train_throughput.csv`` (git-ignored), or to ``--out``.
 Absolute numbers depend on the machine; compare the ratios.
 """
 
@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--repeats", type=int, default=5, help="measurements per scheme (best kept)")
     parser.add_argument("--schemes", nargs="+", default=list(POSITION_SCHEMES), choices=POSITION_SCHEMES)
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     preset = pe.training_preset(args.mode)
@@ -125,12 +126,12 @@ def main() -> None:
                 verdict = "within" if r["relative_to_nope"] >= 0.9 else "NOT within"
                 print(f"{s} at L={r['length']}: {r['relative_to_nope']:.2f}x NoPE ({verdict} the 10% goal)")
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS, "w", newline="") as f:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    print(f"\nwrote {RESULTS}")
+    print(f"\nwrote {args.out}")
 
 
 if __name__ == "__main__":

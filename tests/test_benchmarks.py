@@ -1,0 +1,94 @@
+"""The benchmark scripts run, write what the book reads, and lose nothing when a case fails.
+
+Each runs in-process at tiny sizes (seconds): the numbers are not checked,
+only that every ratio is taken against causal SDPA of the same run, that
+every case is there (or said to be missing), and that a variant is checked
+against explicit scores before it is timed.
+"""
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import posenc as pe
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """Import a script of benchmarks/ by name (they import each other as plain modules)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setenv("POSENC_PROGRESS", "0")
+
+    def load(name, *argv):
+        module = __import__(name)
+        monkeypatch.setattr(sys, "argv", [f"{name}.py", *map(str, argv)])
+        return module
+    yield load
+    pe.clear_autotune_decisions()  # the paths these tiny runs timed are not other tests' business
+
+
+def rows_of(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_attention_benchmark_takes_every_ratio_against_sdpa_of_the_same_run(bench, tmp_path):
+    out = tmp_path / "attention.csv"
+    attention = bench("attention", "--lengths", 32, 64, "--rounds", 2, "--repeats", 1, "--no-memory", "--out", out)
+    attention.main()
+    rows = rows_of(out)
+    assert {(r["scheme"], int(r["n"])) for r in rows} == {(s, n) for s in attention.SCHEMES for n in (32, 64)}
+    for r in rows:
+        assert r["device"] == "cpu" and r["rounds"] == "2" and r["machine"] == attention.machine()
+        for column in ("forward_ratio", "forward_backward_ratio"):
+            low, mid, high = (float(r[column + end]) for end in ("_min", "", "_max"))
+            assert 0 < low <= mid <= high
+            if r["scheme"] == "causal SDPA":
+                assert low == mid == high == 1.0
+
+
+def test_attention_benchmark_leaves_out_a_case_that_runs_out_of_memory(bench, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "attention.csv"
+    attention = bench("attention", "--lengths", 32, 64, "--rounds", 1, "--repeats", 1, "--no-memory", "--out", out)
+    made = attention.make_case
+
+    def make_case(scheme, n, device, dtype):  # one case fails as a GPU would when it is out of memory
+        if (scheme, n) == ("Sandwich [bias]", 64):
+            def out_of_memory(q, k, v):
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 32.00 GiB")
+            return out_of_memory
+        return made(scheme, n, device, dtype)
+    monkeypatch.setattr(attention, "make_case", make_case)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    attention.main()
+    cases = {(r["scheme"], int(r["n"])) for r in rows_of(out)}
+    assert ("Sandwich [bias]", 64) not in cases and ("Sandwich [bias]", 32) in cases
+    assert len(cases) == 2 * len(attention.SCHEMES) - 1                         # everything else is kept
+    assert "Sandwich [bias] at n=64: out of GPU memory (forward); no timing at this length" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # eager on a CPU
+def test_flex_profile_checks_every_variant_against_explicit_scores(bench, tmp_path):
+    flex_profile = bench("flex_profile", "--lengths", 48, "--repeats", 1, "--out", tmp_path)
+    flex_profile.main()
+    rows = {r["variant"]: r for r in rows_of(tmp_path / "flex_profile-cpu.csv")}
+    assert "SDPA" in rows and rows["SDPA"]["forward_ratio"] == "1.0"
+    assert not any(r.get("error") for r in rows.values())
+    checked = [r for r in rows.values() if r["max_abs_error"]]
+    assert len(checked) >= 8 and all(float(r["max_abs_error"]) < 1e-4 for r in checked)   # float32 on a CPU
+    assert all(float(r["forward_ms"]) > 0 for r in rows.values())
+
+
+def test_train_throughput_is_relative_to_nope_and_names_the_machine(bench, tmp_path):
+    out = tmp_path / "train.csv"
+    train_throughput = bench("train_throughput", "--mode", "small", "--lengths", 16, "--steps", 1, "--repeats", 1,
+                             "--warmup", 1, "--schemes", "rope", "sinusoidal", "--out", out)
+    train_throughput.main()
+    rows = {r["scheme"]: r for r in rows_of(out)}
+    assert set(rows) == {"none", "rope", "sinusoidal"} and rows["none"]["relative_to_nope"] == "1.0"
+    assert all(r["machine"] == train_throughput.machine() and r["torch"] == torch.__version__ for r in rows.values())
