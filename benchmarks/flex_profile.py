@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 import posenc as pe
+from attention import machine  # beside this file: the GPU's name, or the CPU model and threads
 
 HEAD_DIM = 64
 
@@ -164,7 +165,7 @@ def main() -> None:
     backward_too = device.type == "cuda" and not args.no_backward   # eager FlexAttention has no backward
     time_of = timer(device)
     args.out.mkdir(parents=True, exist_ok=True)
-    where = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU"
+    where = machine()
     print(f"{where}, torch {torch.__version__}, {dtype}, batch {args.batch}, {args.heads} heads, head_dim {HEAD_DIM}",
           flush=True)
     rows: List[Dict[str, object]] = []
@@ -218,7 +219,7 @@ def main() -> None:
             shown = [k for k in ("forward_ms", "forward_ratio", "forward_backward_ms", "forward_backward_ratio",
                                  "max_abs_error", "error") if row.get(k) is not None]
             print(f"n={n:6d} {name:48s} " + "  ".join(f"{k} {row[k]}" for k in shown), flush=True)
-    stem = f"flex_profile-{where.split()[-1].lower()}"
+    stem = f"flex_profile-{where.split()[-1].lower() if device.type == 'cuda' else 'cpu'}"
     columns = list(dict.fromkeys(k for r in rows for k in r))
     with open(args.out / f"{stem}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
