@@ -308,3 +308,16 @@ def test_sinusoidal_scheme_table_is_kept_per_length_and_never_stale():
     assert len(scheme._tables) <= 8
     ids = torch.tensor([[4, 0, 2]])  # explicit position ids: the table's rows at those ids
     torch.testing.assert_close(scheme.embed(x[:1, :3], ids), x[:1, :3] + pe.sinusoidal_embedding(5, 8, 100.0)[ids], rtol=0, atol=0)
+
+
+def test_sinusoidal_module_keeps_the_default_table_and_never_a_stale_one():
+    """SinusoidalPositionalEmbedding: the default positions' table is kept; explicit positions and changes are honoured."""
+    module = pe.SinusoidalPositionalEmbedding(8)
+    x = torch.randn(2, 5, 8)
+    for _ in range(2):
+        torch.testing.assert_close(module(x), x + pe.sinusoidal_embedding(5, 8), rtol=0, atol=1e-7)
+    assert len(module._tables) == 1
+    module.scale = 0.5  # changed after use: the new scale, not the kept table
+    torch.testing.assert_close(module(x), x + 0.5 * pe.sinusoidal_embedding(5, 8, dtype=torch.float64).float())
+    ids = torch.tensor([4.0, 0.0, 2.0, 1.0, 3.0])
+    torch.testing.assert_close(module(x, ids), x + 0.5 * pe.sinusoidal_embedding(ids, 8, dtype=torch.float64).float())

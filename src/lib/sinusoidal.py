@@ -322,6 +322,7 @@ class SinusoidalPositionalEmbedding(nn.Module):
         self.dim = _check_dim(dim, "SinusoidalPositionalEmbedding")
         self.base = _check_base(base)
         self.scale = check_number("scale", scale)
+        self._tables: dict = {}  # (seq, device, dtype, dim, base, scale) -> the default positions' table
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, base={self.base:g}, scale={self.scale:g}"
@@ -337,13 +338,25 @@ class SinusoidalPositionalEmbedding(nn.Module):
                 f"expected x of shape (..., seq, {self.dim}), got {tuple(x.shape)}"
             )
         seq = x.shape[-2]
-        if positions is None:
-            positions = torch.arange(seq)
-        else:
-            positions = _align_positions(_real_tensor(positions, "positions"), x.shape[:-2], seq)
+        if positions is None:  # the default positions: the table is kept per length, device and dtype
+            return x + _kept(self._tables, (seq, x.device, x.dtype, self.dim, self.base, self.scale),
+                             lambda: self._table(torch.arange(seq), x))
+        positions = _align_positions(_real_tensor(positions, "positions"), x.shape[:-2], seq)
+        return x + self._table(positions, x)
+
+    def _table(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         table = sinusoidal_embedding(positions.detach().cpu(), self.dim, self.base,
                                      dtype=torch.float64)  # (..., seq, d)
-        return x + (self.scale * table).to(dtype=x.dtype, device=x.device)
+        return (self.scale * table).to(dtype=x.dtype, device=x.device)
+
+
+def _kept(tables: dict, key: tuple, make) -> torch.Tensor:
+    """``tables[key]``, made by ``make()`` the first time (at most 8 kept: no host-to-GPU copy per step)."""
+    if key not in tables:
+        if len(tables) >= 8:
+            tables.clear()
+        tables[key] = make()
+    return tables[key]
 
 
 # ---------------------------------------------------------------------------
@@ -430,10 +443,7 @@ class SinusoidalPositions(PositionScheme):
         if positions is not None:  # (batch, seq) ids: the table's rows at those positions
             rows = sinusoidal_embedding(int(positions.max()) + 1, self.d_model, self.base)
             return x + rows.to(device=x.device, dtype=x.dtype)[positions]
-        key = (t, x.device, x.dtype, self.d_model, self.base)
-        if key not in self._tables:  # computed once per length, device and dtype: no host-to-GPU copy per step
-            if len(self._tables) >= 8:
-                self._tables.clear()
-            table = sinusoidal_embedding(t, self.d_model, self.base) if t else x.new_zeros(0, self.d_model)
-            self._tables[key] = table.to(device=x.device, dtype=x.dtype)  # (seq, d_model)
-        return x + self._tables[key]
+        def table() -> torch.Tensor:  # (seq, d_model), once per length, device and dtype
+            rows = sinusoidal_embedding(t, self.d_model, self.base) if t else x.new_zeros(0, self.d_model)
+            return rows.to(device=x.device, dtype=x.dtype)
+        return x + _kept(self._tables, (t, x.device, x.dtype, self.d_model, self.base), table)
