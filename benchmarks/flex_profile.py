@@ -14,7 +14,10 @@ separates the parts, each timed against causal SDPA in the same run:
 * Sandwich as extra channels (a fold): SDPA with ``head_dim`` doubled, the cost
   of its ``lambda p_i . p_j`` as 64 more channels;
 * the rotation alone (``pe.RotaryEmbedding`` on q and k);
-* block sizes of the FlexAttention kernel (``kernel_options``), for ALiBi.
+* block sizes of the FlexAttention kernel (``kernel_options``), for ALiBi;
+* what in a ``score_mod`` costs: a constant added, one transcendental of the
+  distance with no captured tensor (``log1p``, ``exp``), a table read from a
+  short (512-entry) table, a table in float32.
 
 Every variant is checked against the explicit formula before it is timed
 (its largest difference is printed), and a variant that fails is reported
@@ -25,6 +28,7 @@ Usage (on the GPU machine; ``bash benchmarks/on_gpu.sh profile`` runs it)::
 
     python benchmarks/flex_profile.py --out _build/gpu           # n = 16384, forward and forward+backward
     python benchmarks/flex_profile.py --lengths 8192 --batch 4 --heads 16
+    python benchmarks/flex_profile.py --only constant nothing 512-entry   # some variants (and SDPA)
 
 On a CPU it runs too (eager FlexAttention, forward only, small n), to check the script itself.
 """
@@ -108,6 +112,21 @@ def variants(n: int, heads: int, device: torch.device, dtype: torch.dtype) -> Di
         d = (i - j).to(torch.float32)
         return score - r1[h] * torch.where(d > 0, torch.exp(r2[h] * torch.log(d.clamp(min=1))), d * 0)
 
+    short = table_log[:, :512].contiguous()
+    table_f32 = table_log.float()
+
+    def const_mod(score, b, h, i, j):
+        return score + 1.0
+
+    def log1p_mod(score, b, h, i, j):  # one transcendental, nothing captured
+        return score - torch.log1p((i - j).to(torch.float32))
+
+    def exp_mod(score, b, h, i, j):
+        return score - torch.exp(-(i - j).to(torch.float32) / n)
+
+    def short_mod(score, b, h, i, j):  # the same read, from a table that fits in L1
+        return score + short[h, torch.clamp(i - j, 0, 511)]
+
     def flex(mod, **options):
         kw = dict(kernel_options=options) if options else {}
         return lambda q, k, v: compiled(q, k, v, score_mod=mod, block_mask=mask, **kw)
@@ -132,6 +151,11 @@ def variants(n: int, heads: int, device: torch.device, dtype: torch.dtype) -> Di
         "flex, KERPLE log computed": (flex(log_mod), log_ref),
         "flex, KERPLE power computed": (flex(power_mod), power_ref),
         "flex, table read (KERPLE power)": (flex(table_mod(table_power)), power_ref),
+        "flex, constant added": (flex(const_mod), None),
+        "flex, log1p of distance (nothing captured)": (flex(log1p_mod), None),
+        "flex, exp of distance (nothing captured)": (flex(exp_mod), None),
+        "flex, read of a 512-entry table": (flex(short_mod), None),
+        "flex, table read, float32 table": (flex(table_mod(table_f32)), log_ref),
         "pe.relative_attention, ALiBi": (lambda q, k, v: pe.relative_attention(q, k, v, slopes=slopes), alibi_ref),
         "pe.relative_attention, table": (lambda q, k, v: pe.relative_attention(q, k, v, distance_bias=table_log),
                                          log_ref),
@@ -158,7 +182,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--no-backward", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--only", nargs="+", default=None, metavar="TEXT",
+                        help="run only the variants whose names contain one of these (SDPA always runs)")
     args = parser.parse_args()
+    import torch._dynamo  # one compiled flex_attention per score_mod: past the default limit (8) dynamo runs eager
+    if hasattr(torch._dynamo.config, "recompile_limit"):
+        torch._dynamo.config.recompile_limit = 256
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     lengths = args.lengths or ([16384] if device.type == "cuda" else [512])
@@ -176,6 +205,8 @@ def main() -> None:
         q, k, v, dy = (torch.randn(shape, generator=g).to(device, dtype) for _ in range(4))
         wide = [torch.cat([t, t], -1) for t in (q, k, v)]
         cases = variants(n, args.heads, device, dtype)
+        if args.only:
+            cases = {k: c for k, c in cases.items() if k == "SDPA" or any(t in k for t in args.only)}
         base: Dict[bool, float] = {}
         for name, (fn, ref) in cases.items():
             inputs = (q, k, v)

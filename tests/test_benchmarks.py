@@ -82,6 +82,13 @@ def test_flex_profile_checks_every_variant_against_explicit_scores(bench, tmp_pa
     checked = [r for r in rows.values() if r["max_abs_error"]]
     assert len(checked) >= 8 and all(float(r["max_abs_error"]) < 1e-4 for r in checked)   # float32 on a CPU
     assert all(float(r["forward_ms"]) > 0 for r in rows.values())
+    assert {"flex, constant added", "flex, read of a 512-entry table"} <= set(rows)
+
+
+def test_flex_profile_runs_only_the_variants_asked_for(bench, tmp_path):
+    bench("flex_profile", "--lengths", 32, "--repeats", 1, "--out", tmp_path, "--only", "constant", "log computed").main()
+    rows = [r["variant"] for r in rows_of(tmp_path / "flex_profile-cpu.csv")]
+    assert rows == ["SDPA", "flex, KERPLE log computed", "flex, constant added"]
 
 
 def test_train_throughput_is_relative_to_nope_and_names_the_machine(bench, tmp_path):

@@ -18,6 +18,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skip
 #: worst absolute error allowed, relative to the largest reference value (outputs are O(1))
 TOLERANCE = {torch.float32: 2e-4, torch.bfloat16: 3e-2}
 H, D = 4, 64
+STEPS = 12  # training steps per run in the full-mode seeds test
 
 
 def _inputs(n, device, dtype, seed=0):
@@ -133,3 +134,31 @@ def test_flex_compiles_at_every_length_without_falling_back(dtype):
                 out = pe.relative_attention(q, k, v, path="flex", **kw)
             _close(out, ref, dtype, f"flex at n={n}, {sorted(kw)}")
     assert not A._FLEX.get("broken")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_seeds_machinery_in_full_mode(tmp_path, monkeypatch):
+    """The full preset over seeds on the GPU: each configuration trained once per seed, on the GPU, one after the
+    other (no forked workers once CUDA is up); a re-run loads every run from the cache unchanged; per-seed measures
+    come back as spreads whose values differ between seeds."""
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    P = pe.training_preset("full", steps=STEPS, warmup=2)
+    task = pe.MarkovChain(vocab_size=8, order=2, alpha=0.1, seed=0)
+    makers = {s: (lambda s=s: P.make_model(task.vocab_size, s)) for s in ["rope", "alibi"]}
+    seed_list = pe.seeds()
+    assert len(seed_list) == 3
+    runs = pe.train_seeds(makers, task, seed_list, workers=3, **P.train_kwargs())
+    flat = [r for rs in runs.values() for r in rs]
+    assert len(flat) == 6 and not any(r.from_cache for r in flat)
+    assert all(next(r.model.parameters()).device.type == "cuda" for r in flat)
+    again = pe.train_seeds(makers, task, seed_list, **P.train_kwargs())
+    for name in makers:
+        for first, second in zip(runs[name], again[name]):
+            assert second.from_cache and second.final_loss == first.final_loss
+    final = pe.spread([r.final_loss for r in runs["rope"]])
+    assert len(set(final.values)) == 3 and all(x == x for x in final.values)
+    L = P.seq_len
+    excess = pe.spread(pe.per_seed(lambda i: {n: r.loss for n, r in pe.evaluate_lengths(
+        runs["alibi"][i].model, task, [L, 2 * L], batches=2, seed=pe.evaluation_seed()).items()}, range(3), workers=3))
+    assert set(excess) == {L, 2 * L}
