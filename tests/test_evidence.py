@@ -152,6 +152,23 @@ def test_workers_give_the_runs_of_training_one_after_the_other(tmp_path, monkeyp
     assert list(results[1][0]) == ["rope", "alibi"] and results[1][0]["rope"][0] != results[1][0]["rope"][1]
 
 
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="forked workers: Linux only")
+def test_workers_are_forked_after_the_optimizers_imports(tmp_path):
+    """The parent imports torch._dynamo (what the first optimizer imports, about a second) before forking, once,
+    instead of every forked trainer importing it again."""
+    import subprocess
+    import sys
+    code = ("import sys, posenc as pe\n"
+            "assert 'torch._dynamo' not in sys.modules\n"
+            "task = pe.MarkovChain(vocab_size=4, order=1, seed=0)\n"
+            "make = lambda: pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position='rope')\n"
+            "runs = pe.train_seeds(make, task, [0, 1], workers=2, steps=2, seq_len=8, batch_size=2, progress=False)\n"
+            "assert all(r.from_cache for r in runs) and 'torch._dynamo' in sys.modules\n")
+    env = dict(__import__("os").environ, POSENC_CACHE=str(tmp_path), POSENC_PROGRESS="0")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_glue_returns_the_text_outside_a_kernel():
     assert pe.glue("x", pe.Spread((1.0, 3.0)), ".1f") == "2.0 (1.0–3.0)"
     assert pe.glue("y", 0.12345, ".2f") == "0.12" and pe.glue("z", np.float32(2.5), ".1f") == "2.5"

@@ -407,9 +407,19 @@ def _train_in_workers(jobs: List[Tuple[Any, Any, Dict[str, Any]]], workers: Opti
             or any(not kw.get("cache", True) for _, _, kw in jobs)
             or torch.device(pick_device() if device is None else device).type != "cpu"):
         return
+    _import_what_training_imports()
     with _progress_bar(len(jobs), f"{len(jobs)} runs, {workers} at a time", True) as bar:
         _in_workers(lambda job: train(job[0], job[1], **dict(job[2], progress=False)) and None, jobs, workers, bar,
                     stacklevel=5)
+
+
+def _import_what_training_imports() -> None:
+    """Import ``torch._dynamo`` here, once, before forking: PyTorch imports it when the first optimizer is made
+    (about a second on a CPU), which every forked trainer would otherwise do again."""
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # pragma: no cover (a build of torch without it: the children import what they need)
+        pass
 
 
 def separated(a: Union[Spread, Number], b: Union[Spread, Number], margin: float = 0.0) -> bool:
