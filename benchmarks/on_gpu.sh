@@ -8,6 +8,9 @@
 #   bash benchmarks/on_gpu.sh bench --lengths 8192 32768 --rounds 2   # shorter (arguments go to attention.py)
 #   bash benchmarks/on_gpu.sh profile         # where FlexAttention's time goes (benchmarks/flex_profile.py), n = 16384
 #   bash benchmarks/on_gpu.sh chapters 07     # chapters in full mode, timed, executed notebooks kept
+#   bash benchmarks/on_gpu.sh next            # what is still open, in one command (about 8 minutes): the profile
+#                                             # variants that split the tables' forward cost, then chapter 7 in
+#                                             # small mode on the GPU (what a Colab reader who picks small gets)
 # Results go to $OUT (the device tool's folder) or _build/gpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +51,13 @@ case "$step" in
     $PY benchmarks/flex_profile.py --out "$OUT" "$@" 2>&1 | grep -v Warning | tail -40 ;;
   chapters)
     install
-    POSENC_SIZE=full POSENC_STATIC=1 $PY benchmarks/run_chapters.py --out "$OUT" "$@" ;;
+    POSENC_SIZE=${POSENC_SIZE:-full} POSENC_STATIC=1 $PY benchmarks/run_chapters.py --out "$OUT" "$@" ;;
+  next)
+    install
+    timeout 220 $PY benchmarks/flex_profile.py --out "$OUT" --only "no score_mod" "ALiBi score_mod" "table read" \
+      computed constant nothing 512-entry "float32 table" 2>&1 | grep -E "^n=|wrote|Error" || true
+    POSENC_SIZE=small POSENC_STATIC=1 POSENC_PROGRESS=0 timeout 300 $PY benchmarks/run_chapters.py --out "$OUT" 07 \
+      2>&1 | grep -v WARNING | tail -5 || true ;;
   *)
-    echo "usage: bash benchmarks/on_gpu.sh tests [all] | bench [args] | profile [args] | chapters [prefix ...]" >&2; exit 2 ;;
+    echo "usage: bash benchmarks/on_gpu.sh tests [all] | bench [args] | profile [args] | chapters [prefix ...] | next" >&2; exit 2 ;;
 esac
