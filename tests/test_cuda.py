@@ -162,3 +162,17 @@ def test_seeds_machinery_in_full_mode(tmp_path, monkeypatch):
     excess = pe.spread(pe.per_seed(lambda i: {n: r.loss for n, r in pe.evaluate_lengths(
         runs["alibi"][i].model, task, [L, 2 * L], batches=2, seed=pe.evaluation_seed()).items()}, range(3), workers=3))
     assert set(excess) == {L, 2 * L}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_token_ids_drawn_on_the_cpu_follow_a_model_on_the_gpu():
+    """A batch drawn on the CPU (as the tasks draw them) fed to a model on the GPU: the same logits as ids moved by hand,
+    with explicit position ids too (chapter 7 feeds its models such batches)."""
+    torch.manual_seed(0)
+    model = pe.TinyLM(16, 64, 2, 4, position="rope").cuda()
+    idx = torch.randint(0, 16, (2, 32), generator=torch.Generator().manual_seed(1))
+    ids = torch.arange(32) * 3
+    with torch.no_grad():
+        assert torch.equal(model(idx), model(idx.cuda()))
+        assert torch.equal(model(idx, positions=ids), model(idx.cuda(), positions=ids.cuda()))

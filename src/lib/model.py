@@ -543,7 +543,8 @@ class TinyLM(nn.Module):
         """Next-token logits.
 
         Args:
-            idx: ``(batch, seq)`` int64 token ids in ``[0, vocab_size)``.
+            idx: ``(batch, seq)`` int64 token ids in ``[0, vocab_size)``, on any
+                device (moved to the model's; so are ``positions``).
             positions: the tokens' position ids, ``(seq,)`` or ``(batch, seq)``
                 integers ``>= 0``, strictly increasing along each sequence;
                 ``None``: ``0 .. seq-1``. Added tables are read at the ids,
@@ -564,6 +565,8 @@ class TinyLM(nn.Module):
             layers: the raw scores before the norm; decay and gated layers:
             the decayed scores before the norm).
         """
+        if isinstance(idx, torch.Tensor) and not idx.is_meta and idx.device != self.tok.weight.device:
+            idx = idx.to(self.tok.weight.device)  # ids follow the model: a batch drawn on the CPU, a model on the GPU
         ids = None if positions is None else position_ids(positions, idx)
         x = self._embed(idx, ids)
         weights: Optional[List[torch.Tensor]] = [] if return_attention else None
