@@ -41,7 +41,7 @@ from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
 from .masks import _as_tensor, _check_tensors, _finite, _flag, _layout_hint
 from .masks import check_lengths, relative_positions
-from .scheme import PositionScheme, register_scheme
+from .scheme import PositionScheme, _kept, register_scheme
 from .sinusoidal import sinusoidal_embedding
 
 __all__ = ["kerple_power_bias", "kerple_log_bias", "KerpleBias", "sandwich_bias", "sandwich_qk",
@@ -555,14 +555,11 @@ class Sandwich(PositionScheme):
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         self._require_bound()
-        key = (length, str(_device(device)), _float_dtype(dtype))
-        if key not in self._cache:
-            if len(self._cache) >= 8:
-                self._cache.clear()
+        def table() -> torch.Tensor:
             with torch.inference_mode(False):  # a normal tensor, even if first asked for in inference mode
-                self._cache[key] = _by_distance(sandwich_bias(self.n_heads, 1, length, dim=self.dim,
-                                                              base=self.base, device=device)).to(dtype)
-        return self._cache[key]
+                return _by_distance(sandwich_bias(self.n_heads, 1, length, dim=self.dim, base=self.base,
+                                                  device=device)).to(dtype)
+        return _kept(self._cache, (length, str(_device(device)), _float_dtype(dtype)), table)
 
 
 @register_scheme("t5")

@@ -20,7 +20,7 @@ from .rerope import rerope_attention, self_extend_attention, streaming_attention
 from . import rotary as _rotary
 from .rotary import *  # noqa: F401,F403  (the rotation, re-exported: posenc.rope.apply_rope)
 from .rotary import RotaryEmbedding, _check_base, p_rope_frequencies
-from .scheme import PositionScheme, register_scheme
+from .scheme import PositionScheme, _kept, register_scheme
 
 __all__ = [*_rotary.__all__, "RoPE", "PRoPE"]
 
@@ -127,14 +127,10 @@ class RoPE(PositionScheme):
         s = self._scaling
         if s is None or s.two_pass or (s.depends_on_length and seq_len <= s._original()):
             return self._rotary
-        key = seq_len if s.depends_on_length else None
-        if key not in self._scaled:
-            if len(self._scaled) >= 8:
-                self._scaled.clear()
-            self._scaled[key] = RotaryEmbedding(self.rotary_dim, self.base, interleaved=self.interleaved,
-                                                inv_freq=s.inv_freq(self.rotary_dim, self.base, seq_len),
-                                                attention_factor=s.attention_scale())
-        return self._scaled[key]
+        return _kept(self._scaled, seq_len if s.depends_on_length else None,
+                     lambda: RotaryEmbedding(self.rotary_dim, self.base, interleaved=self.interleaved,
+                                             inv_freq=s.inv_freq(self.rotary_dim, self.base, seq_len),
+                                             attention_factor=s.attention_scale()))
 
     def rotate(self, qk: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         self._require_bound(self._rotary)

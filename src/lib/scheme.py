@@ -593,3 +593,12 @@ class LayerSchemes(PositionScheme):
 
     def extra_repr(self) -> str:
         return f"layers={[self.layer(i).name for i in range(len(self._index))]}"
+
+
+def _kept(tables: dict, key: Any, make: Callable[[], Any]) -> Any:
+    """``tables[key]``, made by ``make()`` the first time; at most 8 kept (tables on the device, scaled rotations)."""
+    if key not in tables:
+        if len(tables) >= 8:
+            tables.clear()
+        tables[key] = make()
+    return tables[key]

@@ -21,7 +21,7 @@ from torch import nn
 
 from ._validate import check_even_dim, check_int, check_number
 from ._validate import check_float_dtype as _float_dtype
-from .scheme import PositionScheme, register_scheme
+from .scheme import PositionScheme, _kept, register_scheme
 
 __all__ = [
     "sinusoidal_frequencies",
@@ -348,15 +348,6 @@ class SinusoidalPositionalEmbedding(nn.Module):
         table = sinusoidal_embedding(positions.detach().cpu(), self.dim, self.base,
                                      dtype=torch.float64)  # (..., seq, d)
         return (self.scale * table).to(dtype=x.dtype, device=x.device)
-
-
-def _kept(tables: dict, key: tuple, make) -> torch.Tensor:
-    """``tables[key]``, made by ``make()`` the first time (at most 8 kept: no host-to-GPU copy per step)."""
-    if key not in tables:
-        if len(tables) >= 8:
-            tables.clear()
-        tables[key] = make()
-    return tables[key]
 
 
 # ---------------------------------------------------------------------------
