@@ -5,6 +5,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import posenc as pe
 
@@ -331,6 +333,36 @@ def test_rotation_with_fixed_and_broadcast_tables(interleaved):
         got, = torch.autograd.grad(fused, x, dy)
         want, = torch.autograd.grad(reference, x, dy)
         assert torch.allclose(got, want, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lead=st.lists(st.integers(1, 3), min_size=0, max_size=3), seq=st.integers(1, 9), half=st.integers(1, 5),
+       interleaved=st.booleans(), per_row=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_rotation_backward_is_the_transposed_rotation(lead, seq, half, interleaved, per_row, seed):
+    # With fixed tables the rotation's backward is its own transpose (posenc.rotary._Rotation), not autograd
+    # through the in-place form: the gradient must equal the reference form's, over shapes, layouts and tables
+    # with a row of positions per leading index; its inverse undoes it (R^T R = I); and double backward works.
+    from posenc.rotary import _rotate
+
+    g = torch.Generator().manual_seed(seed)
+    dim = 2 * half
+    x = torch.randn(*lead, seq, dim, dtype=torch.float64, generator=g, requires_grad=True)
+    rows = (*lead[:1], *([1] * (len(lead) - 1))) if per_row and lead else ()
+    positions = torch.rand(*rows, seq, dtype=torch.float64, generator=g).mul(50).cumsum(-1)
+    cos, sin = pe.rope_cos_sin(positions, dim, interleaved=interleaved, dtype=torch.float64)
+    fast = _rotate(x, cos, sin, interleaved)
+    assert type(fast.grad_fn).__name__ == "_RotationBackward"
+    reference = x * cos + _turned(x, interleaved) * sin
+    assert torch.allclose(fast, reference, atol=1e-13)
+    dy = torch.randn(fast.shape, dtype=torch.float64, generator=g, requires_grad=True)
+    got, = torch.autograd.grad(fast, x, dy, create_graph=True)
+    want, = torch.autograd.grad(reference, x, dy, create_graph=True)
+    assert torch.allclose(got, want, atol=1e-12)
+    assert torch.allclose(_rotate(fast.detach(), cos, -sin, interleaved), x.detach(), atol=1e-12)   # R(-m) R(m) = I
+    second, = torch.autograd.grad(got.square().sum(), dy)            # the backward is differentiable too
+    assert torch.allclose(second, torch.autograd.grad(want.square().sum(), dy)[0], atol=1e-10)
+    with torch.no_grad():                                             # no graph: the plain in-place form
+        assert _rotate(x, cos, sin, interleaved).grad_fn is None
 
 
 # --- RotaryEmbedding / RoPE scheme: cache safety, inference mode, input rules ---------------------

@@ -178,11 +178,11 @@ class MarkovChain:
         ctx = np.zeros(batch_size, dtype=np.int64)
         for j in range(k):
             ctx = ctx * v + tokens[:, j]
-        top = v ** (k - 1)
-        for t in range(k, total):
-            nxt = np.minimum((cdf[ctx] <= u[t - k]).sum(1), v - 1)  # = searchsorted(right=True)
+        shift = (np.arange(v ** k) % v ** (k - 1)) * v  # context -> its last k-1 tokens, shifted left
+        for t in range(k, total):  # the last cdf entry exceeds 1 > u: the count is at most v - 1
+            nxt = (cdf[ctx] <= u[t - k]).sum(1)  # = searchsorted(right=True)
             tokens[:, t] = nxt
-            ctx = (ctx % top) * v + nxt if k > 1 else nxt
+            ctx = shift[ctx] + nxt
         return out[:, k:]
 
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,

@@ -323,16 +323,19 @@ class SoftmaxAttention(_MultiHead):
     def _inputs(self, qkv: torch.Tensor, pos: Positions):
         if not self.causal and pos.softmax_only:
             raise ValueError("biases, windows and log-n scaling are causal here: build the layer with causal=True")
+        # split and unbind, not indexing: their backward assembles qkv's gradient in one tensor,
+        # where each index or slice would add a zeroed (3, b, h, t, hd) tensor of its own
+        qk, v = qkv.split((2, 1))
         if pos.rotate is not None and pos.attend is None:  # rotate (and scale) q and k in one pass
-            q, k = pos.rotate(qkv[:2])
+            q, k = pos.rotate(qk)
         else:
-            q, k = qkv[0], qkv[1]
+            q, k = qk.unbind(0)
         if pos.q_scale is not None:
             if not isinstance(pos.q_scale, torch.Tensor) or tuple(pos.q_scale.shape) != (q.shape[2], 1):
                 raise ValueError(f"Positions.q_scale must be a ({q.shape[2]}, 1) tensor (one factor per query), got "
                                  f"{getattr(pos.q_scale, 'shape', type(pos.q_scale).__name__)}")
             q = q * pos.q_scale.to(q.dtype)
-        return q, k, qkv[2]
+        return q, k, v.squeeze(0)
 
     def _attend(self, qkv, pos, return_weights: bool):
         """Softmax attention with the model's positions: the output, or (output, weights)."""

@@ -198,24 +198,54 @@ def rope_cos_sin(
                            _device(device, pos.device))
 
 
+def _pairs(dim: int, interleaved: bool) -> Tuple[slice, slice]:
+    """The first and second channels of the pairs: even and odd ones, or the two halves."""
+    if interleaved:
+        return slice(0, None, 2), slice(1, None, 2)
+    return slice(0, dim // 2), slice(dim // 2, None)
+
+
+def _turned(x: torch.Tensor, cos: torch.Tensor, sin_a: torch.Tensor, sin_b: torch.Tensor,
+            interleaved: bool) -> torch.Tensor:
+    """``a' = a cos - b sin_a``, ``b' = b cos + a sin_b`` in one new tensor (the sine terms added in place)."""
+    a, b = _pairs(x.shape[-1], interleaved)
+    out = x * cos  # (..., seq, dim), the broadcast shape
+    out[..., a].addcmul_(x[..., b], sin_a, value=-1)
+    out[..., b].addcmul_(x[..., a], sin_b)
+    return out
+
+
+class _Rotation(torch.autograd.Function):
+    """The rotation; its backward is the transpose, ``grad_a = g_a cos + g_b sin_b``, ``grad_b = g_b cos - g_a sin_a``:
+    three element-wise operations, where autograd through the in-place form copies each updated slice and
+    rebuilds the gradient from zeroed tensors."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, interleaved):
+        a, b = _pairs(x.shape[-1], interleaved)
+        ctx.save_for_backward(cos, sin)
+        ctx.interleaved = interleaved
+        return _turned(x, cos, sin[..., a], sin[..., b], interleaved)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        a, b = _pairs(grad.shape[-1], ctx.interleaved)
+        return _turned(grad, cos, -sin[..., b], -sin[..., a], ctx.interleaved), None, None, None
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
     """``x * cos + turn(x) * sin``, ``turn`` mapping each channel pair ``(a, b)`` to ``(-b, a)``.
 
-    One new tensor instead of the five of the direct form: the sine terms are
-    added in place to the two halves (or to the even and odd channels) of
-    ``x * cos``: ``a' = a cos - b sin``, ``b' = b cos + a sin``. Autograd
-    follows the in-place updates (the product ``x * cos`` does not keep its
-    output for the backward pass).
+    One new tensor instead of the five of the direct form: the sine terms are added in place to the two
+    halves (or the even and odd channels) of ``x * cos``. When ``x`` alone needs a gradient (and is not
+    broadcast), the backward pass is the transposed rotation (:class:`_Rotation`).
     """
-    out = x * cos  # (..., seq, dim), the broadcast shape
-    if interleaved:
-        a, b = slice(0, None, 2), slice(1, None, 2)
-    else:
-        half = x.shape[-1] // 2
-        a, b = slice(0, half), slice(half, None)
-    out[..., a].addcmul_(x[..., b], sin[..., a], value=-1)
-    out[..., b].addcmul_(x[..., a], sin[..., b])
-    return out
+    if (torch.is_grad_enabled() and x.requires_grad and not (cos.requires_grad or sin.requires_grad)
+            and torch.broadcast_shapes(x.shape, cos.shape, sin.shape) == x.shape):
+        return _Rotation.apply(x, cos, sin, interleaved)
+    a, b = _pairs(x.shape[-1], interleaved)
+    return _turned(x, cos, sin[..., a], sin[..., b], interleaved)
 
 
 def apply_rope(
