@@ -105,6 +105,47 @@ def test_over_seeds_calls_every_seed(monkeypatch):
         pe.over_seeds(lambda s: 1.0, [])
 
 
+def test_train_seeds_trains_a_run_another_process_holds_last(tmp_path, monkeypatch):
+    # Two notebooks side by side: a run whose lock another holder has is not waited for while other runs of the
+    # same call are free; they are trained first, then the call waits for the busy run (here: trains it after
+    # the holder lets go without writing it), and the results keep their order.
+    import threading
+    import time
+
+    from posenc.runtime import _exclusive
+
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    task = pe.MarkovChain(vocab_size=4, order=1, seed=0)
+    makers = {name: (lambda s=s: pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position=s))
+              for name, s in [("busy", "rope"), ("free", "alibi")]}
+    kw = dict(steps=3, seq_len=8, batch_size=2, progress=False)
+    keys = {name: pe.train(make(), task, seed=0, cache=False, **kw).key for name, make in makers.items()}
+    runs_dir = tmp_path / "runs"
+    held, release, result = threading.Event(), threading.Event(), {}
+
+    def holder():
+        with _exclusive(runs_dir / f"{keys['busy']}.lock"):
+            held.set()
+            release.wait(timeout=120)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    assert held.wait(timeout=60)
+    threads.append(threading.Thread(target=lambda: result.update(pe.train_seeds(makers, task, [0], workers=1, **kw))))
+    threads[1].start()
+    deadline = time.monotonic() + 120
+    while not (runs_dir / f"{keys['free']}.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    free_first = (runs_dir / f"{keys['free']}.pt").exists() and not (runs_dir / f"{keys['busy']}.pt").exists()
+    release.set()
+    for t in threads:
+        t.join(timeout=120)
+    assert free_first and list(result) == ["busy", "free"]
+    assert [result[name][0].key for name in result] == [keys["busy"], keys["free"]]
+    assert not any(r[0].from_cache for r in result.values())       # each trained here, once
+    assert pe.train(makers["busy"](), task, seed=0, **kw).from_cache
+
+
 def test_train_seeds_trains_one_model_per_seed_and_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "serial"))
     task = pe.MarkovChain(vocab_size=4, order=1, seed=0)

@@ -437,6 +437,34 @@ def test_run_lock_is_held_by_one_holder_at_a_time_and_removed(tmp_path):
         assert lock.exists()
 
 
+def test_run_lock_without_waiting_raises_while_held_and_takes_it_when_free(tmp_path):
+    import threading
+
+    from posenc.runtime import _exclusive, _RunBusy
+
+    lock, held, release = tmp_path / "k.lock", threading.Event(), threading.Event()
+
+    def holder():
+        with _exclusive(lock):
+            held.set()
+            release.wait(timeout=60)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(timeout=60)
+    try:
+        with pytest.raises(_RunBusy):
+            with _exclusive(lock, wait=False):
+                pass
+        assert lock.exists()  # the holder's file stays
+    finally:
+        release.set()
+        t.join(timeout=60)
+    with _exclusive(lock, wait=False):  # free now: taken at once
+        assert lock.exists()
+    assert not lock.exists()
+
+
 def test_run_lock_in_a_read_only_folder_runs_unlocked(tmp_path):
     from posenc.runtime import _exclusive
 

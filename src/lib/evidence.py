@@ -34,8 +34,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from ._validate import check_int
-from .runtime import pick_device
-from .train import TrainResult, _progress_bar, train
+from .runtime import _RunBusy, pick_device
+from .train import TrainResult, _busy_runs_raise, _progress_bar, train
 
 __all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "Spread", "spread", "per_seed", "over_seeds",
            "train_seeds", "separated", "verdict", "glue"]
@@ -372,9 +372,16 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
             kwargs = dict(train_kwargs, seed=s, **({} if init is None else {"init": init[i]}))
             jobs.append((name, model, kwargs))
     _train_in_workers([(model, data, kwargs) for _, model, kwargs in jobs], workers)
+    done: Dict[int, TrainResult] = {}
+    with _busy_runs_raise():  # a run another process trains (a notebook beside this one) comes last
+        for i, (_, model, kwargs) in enumerate(jobs):
+            try:
+                done[i] = train(model, data, **kwargs)
+            except _RunBusy:
+                pass
     runs: Dict[Any, List[TrainResult]] = {name: [] for name in makers}
-    for name, model, kwargs in jobs:
-        runs[name].append(train(model, data, **kwargs))
+    for i, (name, model, kwargs) in enumerate(jobs):
+        runs[name].append(done[i] if i in done else train(model, data, **kwargs))  # waits for it, then loads it
     return runs[None] if None in runs else runs
 
 

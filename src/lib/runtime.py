@@ -89,9 +89,15 @@ def cache_dir(sub: str = "") -> Path:
     return base / sub if sub else base
 
 
+class _RunBusy(Exception):
+    """Raised by :func:`_exclusive` with ``wait=False`` when another process holds the lock."""
+
+
 @contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
+def _exclusive(path: Path, wait: bool = True) -> Iterator[None]:
     """Run the block holding an exclusive lock on the file ``path``: one process at a time.
+
+    ``wait=False``: raise :class:`_RunBusy` at once instead of waiting for another holder.
 
     Two notebooks executed side by side that train the same run then train it
     once: the second waits for the first and loads what it saved. The lock file
@@ -110,7 +116,11 @@ def _exclusive(path: Path) -> Iterator[None]:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise _RunBusy(str(path)) from None
             try:
                 if os.path.samestat(os.fstat(fd), os.stat(path)):
                     break  # locked, and still the file at ``path``

@@ -25,6 +25,7 @@ and a cache that cannot be written costs a warning, never the trained model.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import functools
 import hashlib
@@ -220,6 +221,20 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> List[Dict[str,
         is_linear_weight = p.ndim == 2 and name.endswith("weight") and not name.startswith(("tok.", "position."))
         (decay if is_linear_weight else no_decay).append(p)
     return [dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)]
+
+
+#: False inside :func:`_busy_runs_raise`: a run another process is training raises ``_RunBusy`` instead of waiting
+_WAIT_FOR_BUSY_RUNS: contextvars.ContextVar = contextvars.ContextVar("posenc_wait_for_busy_runs", default=True)
+
+
+@contextlib.contextmanager
+def _busy_runs_raise():
+    """Within the block, :func:`train` of a run that another process holds raises ``_RunBusy`` at once."""
+    token = _WAIT_FOR_BUSY_RUNS.set(False)
+    try:
+        yield
+    finally:
+        _WAIT_FOR_BUSY_RUNS.reset(token)
 
 
 def _lr_factor(step: int, steps: int, warmup: int) -> float:
@@ -476,7 +491,7 @@ def train(
     model.to(device)
 
     # one process at a time per run: a second one (a notebook executed beside this one) waits, then loads
-    with _exclusive(path.with_name(f"{key}.lock")) if cache else contextlib.nullcontext():
+    with _exclusive(path.with_name(f"{key}.lock"), _WAIT_FOR_BUSY_RUNS.get()) if cache else contextlib.nullcontext():
         if cache:
             saved = _load_run(path, config, model, device)
             if saved is not None:
