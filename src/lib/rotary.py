@@ -205,13 +205,15 @@ def _pairs(dim: int, interleaved: bool) -> Tuple[slice, slice]:
     return slice(0, dim // 2), slice(dim // 2, None)
 
 
-def _turned(x: torch.Tensor, cos: torch.Tensor, sin_a: torch.Tensor, sin_b: torch.Tensor,
-            interleaved: bool) -> torch.Tensor:
-    """``a' = a cos - b sin_a``, ``b' = b cos + a sin_b`` in one new tensor (the sine terms added in place)."""
+def _turned(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
+            transposed: bool = False) -> torch.Tensor:
+    """``a' = a cos - b sin``, ``b' = b cos + a sin`` in one new tensor (the sine terms added in place);
+    ``transposed``: ``a' = a cos + b sin``, ``b' = b cos - a sin``, each sine taken at the other channel of its pair."""
     a, b = _pairs(x.shape[-1], interleaved)
     out = x * cos  # (..., seq, dim), the broadcast shape
-    out[..., a].addcmul_(x[..., b], sin_a, value=-1)
-    out[..., b].addcmul_(x[..., a], sin_b)
+    sign = 1 if transposed else -1
+    out[..., a].addcmul_(x[..., b], sin[..., b] if transposed else sin[..., a], value=sign)
+    out[..., b].addcmul_(x[..., a], sin[..., a] if transposed else sin[..., b], value=-sign)
     return out
 
 
@@ -222,16 +224,14 @@ class _Rotation(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, cos, sin, interleaved):
-        a, b = _pairs(x.shape[-1], interleaved)
         ctx.save_for_backward(cos, sin)
         ctx.interleaved = interleaved
-        return _turned(x, cos, sin[..., a], sin[..., b], interleaved)
+        return _turned(x, cos, sin, interleaved)
 
     @staticmethod
     def backward(ctx, grad):
         cos, sin = ctx.saved_tensors
-        a, b = _pairs(grad.shape[-1], ctx.interleaved)
-        return _turned(grad, cos, -sin[..., b], -sin[..., a], ctx.interleaved), None, None, None
+        return _turned(grad, cos, sin, ctx.interleaved, transposed=True), None, None, None
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
@@ -244,8 +244,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: 
     if (torch.is_grad_enabled() and x.requires_grad and not (cos.requires_grad or sin.requires_grad)
             and torch.broadcast_shapes(x.shape, cos.shape, sin.shape) == x.shape):
         return _Rotation.apply(x, cos, sin, interleaved)
-    a, b = _pairs(x.shape[-1], interleaved)
-    return _turned(x, cos, sin[..., a], sin[..., b], interleaved)
+    return _turned(x, cos, sin, interleaved)
 
 
 def apply_rope(
