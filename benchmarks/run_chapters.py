@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -42,7 +43,10 @@ def run(path: Path, timeout: int) -> tuple:
     try:
         client.execute()
     except Exception as err:  # report, go on with the next chapter
-        error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"[:300]
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()   # the kernel's traceback is coloured
+        lines = text.splitlines()
+        where = [line.strip() for line in lines if line.lstrip().startswith("--->")]   # the failing line
+        error = f"{type(err).__name__}: {lines[-1] if lines else ''}{' at ' + where[-1] if where else ''}"[:300]
     return nb, time.perf_counter() - start, error
 
 
