@@ -76,6 +76,71 @@ def test_choose_refuses_bad_arguments():
     assert [T.length_bucket(n) for n in (1, 2, 3, 129, 256, 257)] == [1, 2, 4, 256, 256, 512]
 
 
+def test_time_in_turns_takes_turns_round_by_round(monkeypatch):
+    order = []
+    runs = {"a": lambda: order.append("a"), "b": lambda: order.append("b"), "c": lambda: order.append("c")}
+    t = T.time_in_turns(runs, rounds=2, number=2)
+    assert order == list("abc") + list("aabbcc") * 2                     # a warm-up call each, then two rounds in turn
+    assert list(t) == ["a", "b", "c"] and all(len(v) == 2 and min(v) >= 0 for v in t.values())
+    order.clear()
+    t = T.time_in_turns(list(runs.values()), rounds=3, warmup=False)
+    assert order == list("abc") * 3 and [len(v) for v in t] == [3, 3, 3]   # a list in, a list out
+
+
+def test_time_in_turns_divides_by_number_and_reads_the_chosen_clock(monkeypatch):
+    clock = iter(range(10**6))
+    cost = {"slow": 7, "fast": 3}
+
+    def run(name):
+        return lambda: [next(clock) for _ in range(cost[name])]
+
+    monkeypatch.setattr(T.time, "thread_time", lambda: next(clock))
+    t = T.time_in_turns({n: run(n) for n in cost}, rounds=2, number=4, clock="thread", warmup=False)
+    assert t == {"slow": [7.25, 7.25], "fast": [3.25, 3.25]}          # (4 calls x cost + 1 clock tick) / 4
+
+
+@settings(max_examples=20, deadline=None)
+@given(rounds=st.integers(1, 4), number=st.integers(1, 3), warmup=st.booleans(), k=st.integers(1, 4),
+       threads=st.sampled_from([None, 1, 2]))
+def test_time_in_turns_calls_each_candidate_as_asked_and_restores_the_process(rounds, number, warmup, k, threads):
+    import gc
+    calls = [0] * k
+    runs = [lambda i=i: calls.__setitem__(i, calls[i] + 1) for i in range(k)]
+    before = torch.get_num_threads()
+    t = T.time_in_turns(runs, rounds=rounds, number=number, warmup=warmup, threads=threads)
+    assert calls == [rounds * number + warmup] * k and [len(v) for v in t] == [rounds] * k
+    assert torch.get_num_threads() == before and gc.isenabled()
+
+
+def test_time_in_turns_restores_threads_and_gc_when_a_candidate_raises():
+    import gc
+    before = torch.get_num_threads()
+
+    def boom():
+        raise RuntimeError("inside the candidate")
+
+    with pytest.raises(RuntimeError, match="inside the candidate"):
+        T.time_in_turns([lambda: None, boom], threads=1, warmup=False)
+    assert torch.get_num_threads() == before and gc.isenabled()
+    gc.disable()
+    try:
+        T.time_in_turns([lambda: None], rounds=1)
+        assert not gc.isenabled()                                        # left as it was found
+    finally:
+        gc.enable()
+
+
+def test_time_in_turns_refuses_bad_arguments():
+    for kwargs, match in [(dict(rounds=0), "rounds"), (dict(number=1.5), "number"), (dict(clock="cpu"), "clock"),
+                          (dict(threads=0), "threads"), (dict(device="cuda", clock="thread"), "GPU"),
+                          (dict(device="no such device"), "device")]:
+        with pytest.raises(ValueError, match=match):
+            T.time_in_turns([lambda: None], **kwargs)
+    for candidates in ([], {}, [1]):
+        with pytest.raises(ValueError, match="at least one candidate"):
+            T.time_in_turns(candidates)
+
+
 def _qkv(n, heads=2, d=16, seed=0, grad=False):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(1, heads, n, d, generator=g).requires_grad_(grad) for _ in range(3)]
@@ -109,8 +174,8 @@ def test_auto_equals_the_fixed_rule_and_the_reference(n, kind, grad):
 
 def test_auto_times_a_class_once_and_leaves_the_inputs_gradients_alone(monkeypatch):
     timed = []
-    real = T._seconds
-    monkeypatch.setattr(T, "_seconds", lambda run, device, repeats: timed.append(1) or real(run, device, 1))
+    real = T.time_in_turns
+    monkeypatch.setattr(T, "time_in_turns", lambda runs, **kw: timed.extend(runs) or real(runs, **dict(kw, rounds=1)))
     q, k, v = _qkv(300, grad=True)
     slopes = pe.alibi_slopes(2).requires_grad_(True)
     out = pe.relative_attention(q, k, v, slopes=slopes)

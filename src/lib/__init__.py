@@ -102,6 +102,7 @@ from .autotune import (
     choose_fastest,
     clear_autotune_decisions,
     length_bucket,
+    time_in_turns,
 )
 from .attention import (
     attention,
@@ -284,6 +285,7 @@ __all__ = [
     "autotune_enabled",
     "choose_fastest",
     "clear_autotune_decisions",
+    "time_in_turns",
     "length_bucket",
     "log_length_scale",
     "sink_attention",

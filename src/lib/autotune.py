@@ -13,6 +13,10 @@ rounding, never the result. ``POSENC_AUTOTUNE=0`` turns timing off: every call
 then takes the caller's ``fallback``, a fixed rule, so that two runs on one
 machine compute the same numbers in the same order.
 
+:func:`time_in_turns` is the timer underneath, also used by the chapters: the
+candidates take turns within each round, so that a busy spell of the machine
+falls on all of them rather than on one.
+
 >>> pick = choose_fastest(("doc", 1), {"sum": lambda: sum(range(100)), "formula": lambda: 99 * 100 // 2}, fallback="sum")
 >>> pick in ("sum", "formula") and autotune_decisions()[("doc", 1)] == pick
 True
@@ -20,15 +24,16 @@ True
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Hashable, Mapping
+from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Union
 
 import torch
 
-__all__ = ["AUTOTUNE_ENV", "autotune_enabled", "choose_fastest", "autotune_decisions", "clear_autotune_decisions",
-           "length_bucket"]
+__all__ = ["AUTOTUNE_ENV", "autotune_enabled", "choose_fastest", "time_in_turns", "autotune_decisions",
+           "clear_autotune_decisions", "length_bucket"]
 
 AUTOTUNE_ENV = "POSENC_AUTOTUNE"
 
@@ -54,17 +59,88 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _seconds(run: Callable[[], Any], device: Any, repeats: int) -> float:
-    """Best of ``repeats`` timed calls of ``run``, after one untimed call (caches, compiled kernels)."""
-    run()
-    _sync(device)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
+_CLOCKS = {"wall": "perf_counter", "thread": "thread_time"}  # functions of the time module, looked up per call
+
+
+def time_in_turns(candidates: Union[Mapping[Any, Callable[[], Any]], Sequence[Callable[[], Any]]], *,
+                  rounds: int = 5, number: int = 1, warmup: bool = True, device: Any = None,
+                  clock: str = "wall", threads: Optional[int] = None) -> Union[Dict[Any, List[float]], List[List[float]]]:
+    """Seconds per call of each candidate, round by round, the candidates taking turns in every round.
+
+    Timing one function after the other lets a busy spell of the machine (another
+    program, a neighbour on a shared host) fall on one of them only; in turns it
+    falls on all of them, so the best round of each, or a ratio taken within each
+    round, holds on a busy machine too. Garbage collection is off while timing,
+    as in :mod:`timeit`.
+
+    >>> t = time_in_turns({"short": lambda: sum(range(10)), "long": lambda: sum(range(10**5))}, rounds=3)
+    >>> [len(t["short"]), len(t["long"])], min(t["short"]) < min(t["long"])
+    ([3, 3], True)
+
+    Args:
+        candidates: ``{name: run}`` or a sequence of ``run``, each called without arguments.
+        rounds: how many rounds; in each, every candidate runs ``number`` times in a row.
+        number: calls per candidate and round (the time is divided by it).
+        warmup: one untimed call of each candidate first (caches, lazily built kernels).
+        device: a CUDA device is synchronised before each reading of the clock.
+        clock: ``"wall"`` (``time.perf_counter``: what a user waits) or ``"thread"``
+            (``time.thread_time``: the CPU time of the calling thread only, which other
+            programs disturb less; pair it with ``threads=1``, as it does not see torch's
+            other threads, and not with a GPU, whose work it does not see).
+        threads: torch's intra-op threads while timing (restored after); ``None`` leaves them.
+
+    Returns:
+        ``{name: [seconds per call in each round]}``, or a list of such lists in the
+        order of ``candidates``.
+    """
+    named = isinstance(candidates, Mapping)
+    runs = list(candidates.values()) if named else list(candidates)
+    if not runs or not all(callable(run) for run in runs):
+        raise ValueError("time_in_turns needs at least one candidate, each a function called without arguments")
+    for name, value in (("rounds", rounds), ("number", number)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if clock not in _CLOCKS:
+        raise ValueError(f"clock must be one of {tuple(_CLOCKS)}, got {clock!r}")
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError as error:
+            raise ValueError(f"device must be a torch.device or a device name such as 'cuda:0', got {device!r}") from error
+    cuda = isinstance(device, torch.device) and device.type == "cuda"
+    if cuda and clock == "thread":
+        raise ValueError("clock='thread' does not see a GPU's work: time a CUDA device with clock='wall'")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"threads must be None or an integer >= 1, got {threads!r}")
+    read = getattr(time, _CLOCKS[clock])
+
+    def sync() -> None:
         _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return best
+
+    before, gc_was_on = torch.get_num_threads(), gc.isenabled()
+    seconds: List[List[float]] = [[] for _ in runs]
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        if warmup:
+            for run in runs:
+                run()
+            sync()
+        gc.disable()
+        for _ in range(rounds):
+            for run, times in zip(runs, seconds):
+                sync()
+                start = read()
+                for _ in range(number):
+                    run()
+                sync()
+                times.append((read() - start) / number)
+    finally:
+        if gc_was_on:
+            gc.enable()
+        if threads is not None:
+            torch.set_num_threads(before)
+    return dict(zip(candidates.keys(), seconds)) if named else seconds
 
 
 def choose_fastest(key: Hashable, candidates: Mapping[str, Callable[[], Any]], *, fallback: str,
@@ -78,7 +154,7 @@ def choose_fastest(key: Hashable, candidates: Mapping[str, Callable[[], Any]], *
         fallback: the name taken without timing: with one candidate, with timing
             off (``$POSENC_AUTOTUNE=0``), or when a candidate fails.
         device: synchronised around each timing (CUDA runs asynchronously).
-        repeats: timed calls per candidate after one warm-up call; the best counts.
+        repeats: timed rounds after one warm-up call of each (:func:`time_in_turns`); the best counts.
 
     Returns:
         a name of ``candidates``.
@@ -94,12 +170,21 @@ def choose_fastest(key: Hashable, candidates: Mapping[str, Callable[[], Any]], *
     with _LOCK:
         if key in _DECISIONS:
             return _DECISIONS[key]
-    timings: Dict[str, float] = {}
-    for name, run in candidates.items():
+    timings: Dict[str, float] = {name: float("inf") for name in candidates}
+    working = {}
+    for name, run in candidates.items():  # the warm-up call: one that fails is not a candidate here
         try:
-            timings[name] = _seconds(run, device, repeats)
-        except (RuntimeError, MemoryError):  # e.g. out of memory on the stored-bias path: not a candidate here
-            timings[name] = float("inf")
+            run()
+            _sync(device)
+            working[name] = run
+        except (RuntimeError, MemoryError):  # e.g. out of memory on the stored-bias path
+            pass
+    if working:
+        try:
+            rounds = time_in_turns(working, rounds=repeats, warmup=False, device=device)
+            timings.update({name: min(times) for name, times in rounds.items()})
+        except (RuntimeError, MemoryError):  # failed on a later call: keep the fixed rule
+            pass
     best = min(timings, key=lambda name: (timings[name], name != fallback))
     if timings[best] == float("inf"):
         best = fallback
