@@ -76,7 +76,7 @@ def test_choose_refuses_bad_arguments():
     assert [T.length_bucket(n) for n in (1, 2, 3, 129, 256, 257)] == [1, 2, 4, 256, 256, 512]
 
 
-def test_time_in_turns_takes_turns_round_by_round(monkeypatch):
+def test_time_in_turns_takes_turns_round_by_round():
     order = []
     runs = {"a": lambda: order.append("a"), "b": lambda: order.append("b"), "c": lambda: order.append("c")}
     t = T.time_in_turns(runs, rounds=2, number=2)

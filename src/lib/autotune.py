@@ -32,6 +32,8 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Seque
 
 import torch
 
+from ._validate import check_int
+
 __all__ = ["AUTOTUNE_ENV", "autotune_enabled", "choose_fastest", "time_in_turns", "autotune_decisions",
            "clear_autotune_decisions", "length_bucket"]
 
@@ -97,9 +99,7 @@ def time_in_turns(candidates: Union[Mapping[Any, Callable[[], Any]], Sequence[Ca
     runs = list(candidates.values()) if named else list(candidates)
     if not runs or not all(callable(run) for run in runs):
         raise ValueError("time_in_turns needs at least one candidate, each a function called without arguments")
-    for name, value in (("rounds", rounds), ("number", number)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    rounds, number = check_int("rounds", rounds), check_int("number", number)
     if clock not in _CLOCKS:
         raise ValueError(f"clock must be one of {tuple(_CLOCKS)}, got {clock!r}")
     if isinstance(device, str):
@@ -110,13 +110,8 @@ def time_in_turns(candidates: Union[Mapping[Any, Callable[[], Any]], Sequence[Ca
     cuda = isinstance(device, torch.device) and device.type == "cuda"
     if cuda and clock == "thread":
         raise ValueError("clock='thread' does not see a GPU's work: time a CUDA device with clock='wall'")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ValueError(f"threads must be None or an integer >= 1, got {threads!r}")
+    threads = None if threads is None else check_int("threads", threads)
     read = getattr(time, _CLOCKS[clock])
-
-    def sync() -> None:
-        _sync(device)
-
     before, gc_was_on = torch.get_num_threads(), gc.isenabled()
     seconds: List[List[float]] = [[] for _ in runs]
     try:
@@ -125,15 +120,15 @@ def time_in_turns(candidates: Union[Mapping[Any, Callable[[], Any]], Sequence[Ca
         if warmup:
             for run in runs:
                 run()
-            sync()
+            _sync(device)
         gc.disable()
         for _ in range(rounds):
             for run, times in zip(runs, seconds):
-                sync()
+                _sync(device)
                 start = read()
                 for _ in range(number):
                     run()
-                sync()
+                _sync(device)
                 times.append((read() - start) / number)
     finally:
         if gc_was_on:
@@ -163,8 +158,7 @@ def choose_fastest(key: Hashable, candidates: Mapping[str, Callable[[], Any]], *
         raise ValueError("choose_fastest needs at least one candidate")
     if fallback not in candidates:
         raise ValueError(f"fallback {fallback!r} is not one of the candidates {sorted(candidates)}")
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    repeats = check_int("repeats", repeats)
     if len(candidates) == 1 or not autotune_enabled():
         return fallback
     with _LOCK:
