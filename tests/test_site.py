@@ -241,6 +241,11 @@ def test_exercise_answers_stay_hidden_until_the_solution_is_opened(visit, path):
 PHONE, DESKTOP = (390, 844), (1366, 900)
 TEXT_ONLY_BYTES, CHAPTER_BYTES, FIRST_PAINT_MS = 1_000_000, 2_500_000, 1500
 BLOCKING_BYTES = 400_000  # stylesheets and scripts the first paint waits for, on the wire
+# On a busy machine (the other test worker training models on the same cores) a page's first paint can be late
+# for reasons outside the page. It then passes when its best paint is within PAINT_RATIO times the best of
+# REFERENCE_PAGE, loaded just before each of its loads: the theme's own stylesheets, scripts and fonts with almost
+# no content, so what the page adds to the theme is measured under the same load.
+REFERENCE_PAGE, PAINT_RATIO = "genindex.html", 2.0
 
 _FIGURES_DRAWN = ("() => [...document.querySelectorAll('div.plotly-graph-div')]"
                   ".every(d => d._fullLayout && d.querySelector('svg.main-svg'))")
@@ -318,10 +323,37 @@ def _weight_and_first_paint(page):
          }""")
 
 
+def _fresh_first_paint(visit, path):
+    """First contentful paint (ms) of a fresh load of ``path`` on the desktop viewport (None if it did not paint)."""
+    v = visit(path, DESKTOP)
+    try:
+        return _weight_and_first_paint(v.page)["fcp"]
+    finally:
+        v.close()
+
+
+def _paints_in_time(paints):
+    """``paints``: (page, reference) first paints of each load. The page's best within the goal, or (the machine busy)
+    within PAINT_RATIO times the reference's best, both measured under the same load."""
+    page = [p for p, _ in paints if p is not None]
+    reference = [r for _, r in paints if r is not None]
+    return bool(page) and (min(page) <= FIRST_PAINT_MS or (bool(reference) and min(page) <= PAINT_RATIO * min(reference)))
+
+
+def test_the_first_paint_rule_weighs_the_page_against_the_theme_under_the_same_load():
+    """The rule of the paint check (no browser needed): the best load counts, the reference only on a busy machine."""
+    assert _paints_in_time([(FIRST_PAINT_MS, None)])
+    assert not _paints_in_time([(FIRST_PAINT_MS + 1, None)])            # late, and nothing says the machine is busy
+    assert _paints_in_time([(3000, None), (FIRST_PAINT_MS - 1, 400)])  # one load in time is enough
+    assert _paints_in_time([(3000, None), (1900, 1000)])               # busy: the theme alone took 1 s
+    assert not _paints_in_time([(3000, None), (2500, 1000), (2100, 1200)])  # over twice the theme's best (1000)
+    assert not _paints_in_time([(None, None), (None, 900)])            # never painted
+
+
 @pytest.mark.parametrize("path", PAGES or ["index.html"])
 def test_pages_are_light_and_paint_fast(visit, path):
-    """Bytes on the wire (gzip, as static hosts serve the site) within the goals, first paint within 1.5 s,
-    plotly.js only on pages with figures and never blocking the first paint."""
+    """Bytes on the wire (gzip, as static hosts serve the site) within the goals, first paint within 1.5 s (on a
+    busy machine: within twice the theme's own), plotly.js only on pages with figures and never blocking the first paint."""
     v = visit(path, DESKTOP)
     page = v.page
     figures = page.locator("div.plotly-graph-div").count()
@@ -340,12 +372,12 @@ def test_pages_are_light_and_paint_fast(visit, path):
                                  ".filter(e => e.renderBlockingStatus === 'blocking')"
                                  ".reduce((sum, e) => sum + (e.transferSize || e.encodedBodySize || 0), 0)")
         assert blocking <= BLOCKING_BYTES, f"{path}: {blocking / 1e3:.0f} kB block the first paint"
-        paints = [measured["fcp"]]
-        while (paints[-1] is None or paints[-1] > FIRST_PAINT_MS) and len(paints) < 3:
-            again = visit(path, DESKTOP)
-            paints.append(_weight_and_first_paint(again.page)["fcp"])
-            again.close()
-        assert paints[-1] is not None and paints[-1] <= FIRST_PAINT_MS, f"{path}: first paint (ms) {paints}"
+        paints = [(measured["fcp"], None)]  # (this page, the reference page loaded just before it), ms
+        while not _paints_in_time(paints) and len(paints) < 4:
+            reference = _fresh_first_paint(visit, REFERENCE_PAGE)
+            paints.append((_fresh_first_paint(visit, path), reference))
+        assert _paints_in_time(paints), (f"{path}: first paint (ms) {paints} as (this page, {REFERENCE_PAGE}): the best "
+                                         f"over {FIRST_PAINT_MS} ms and over {PAINT_RATIO} times the reference's best")
     plotly = page.evaluate("() => [...document.scripts].filter(s => /plotly[^/]*\\.js/.test(s.src))"
                            ".map(s => ({defer: s.defer, async: s.async, head: s.parentElement.tagName}))")
     assert (len(plotly) == 1) == bool(figures), f"{path}: plotly.js {plotly} with {figures} figures"
