@@ -27,7 +27,7 @@ def test_it_executes_the_book_s_notebooks_in_the_table_of_contents_order(monkeyp
     assert names[-1] == "appendix_cost.ipynb"
     assert [p.name for p in execute.book_notebooks(["08"])] == ["08_stretching.ipynb"]
     settings = execute.execution_settings()
-    assert settings == dict(timeout=600, allow_errors=False)  # as _config.yml tells the build
+    assert settings == dict(timeout=1200, allow_errors=False)  # as _config.yml tells the build
     monkeypatch.setenv("POSENC_SIZE", "small")
     monkeypatch.setenv("POSENC_SEED", "1")
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
