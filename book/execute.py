@@ -76,14 +76,58 @@ def _trains(nb) -> bool:
     return "pe.train(" in code or "pe.train_seeds(" in code
 
 
+def _poll_in_slices() -> None:
+    """Make jupyter_client wait for a kernel's reply in half-second slices.
+
+    Its asynchronous poll can miss a reply that has already arrived and sleep
+    until the cell's whole timeout (seen with ipykernel 7 and pyzmq 27 when two
+    kernels run side by side): the cell then fails, or passes a timeout later.
+    """
+    from queue import Empty
+
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    get_msg = AsyncZMQSocketChannel.get_msg
+    if getattr(get_msg, "_in_slices", False):
+        return
+
+    async def sliced_get_msg(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            try:
+                return await get_msg(self, timeout=step)
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    sliced_get_msg._in_slices = True
+    AsyncZMQSocketChannel.get_msg = sliced_get_msg
+
+
+SLOW_CELL = 60  # seconds: cells that take longer are named in the output, to see where a build's time goes
+
+
 def _execute(path: str, settings: dict, threads: int) -> tuple:
     """Run one notebook (in a worker process); returns ``(path, notebook, seconds, error text or None)``."""
     from jupyter_cache.executors.utils import single_nb_execution
 
+    _poll_in_slices()
     os.environ["OMP_NUM_THREADS"] = str(threads)  # inherited by the kernel
     nb = nbformat.read(path, as_version=4)
+    name, started = Path(path).name, {}
+
+    def on_start(cell_index, **_):
+        started[cell_index] = time.perf_counter()
+
+    def on_done(cell_index, **_):
+        seconds = time.perf_counter() - started.pop(cell_index, time.perf_counter())
+        if seconds >= SLOW_CELL:
+            print(f"execute: {name} cell {cell_index}: {seconds:.0f} s", flush=True)
+
     result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=settings["timeout"],
-                                 allow_errors=settings["allow_errors"], meta_override=True)
+                                 allow_errors=settings["allow_errors"], meta_override=True,
+                                 on_cell_start=on_start, on_cell_executed=on_done)
     return path, result.nb, result.time, result.exc_string if result.err is not None else None
 
 

@@ -3,6 +3,7 @@
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -91,3 +92,24 @@ def test_the_cores_are_those_the_process_may_run_on():
             os._exit(code)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
     assert execute.usable_cores() == len(os.sched_getaffinity(0))
+
+
+def test_slow_cells_are_named_and_a_cell_past_its_timeout_still_fails(tmp_path, monkeypatch, capsys):
+    """The kernel's replies are awaited in short slices (a missed reply costs half a second, not the timeout),
+    the deadline still holds, and cells slower than SLOW_CELL are named with their time."""
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    execute = _load()
+    monkeypatch.setattr(AsyncZMQSocketChannel, "get_msg", AsyncZMQSocketChannel.get_msg)  # restored afterwards
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(execute, "SLOW_CELL", 0.5)
+    _notebook(tmp_path / "slow.ipynb", "import time\ntime.sleep(1.0)", "x = 1")
+    path, nb, seconds, error = execute._execute(str(tmp_path / "slow.ipynb"), dict(timeout=60, allow_errors=False), 1)
+    assert error is None and seconds >= 1.0
+    assert AsyncZMQSocketChannel.get_msg._in_slices
+    out = capsys.readouterr().out
+    assert "slow.ipynb cell 0: 1 s" in out and "cell 1" not in out
+    _notebook(tmp_path / "hang.ipynb", "import time\ntime.sleep(60)")
+    start = time.perf_counter()
+    _, _, _, error = execute._execute(str(tmp_path / "hang.ipynb"), dict(timeout=2, allow_errors=False), 1)
+    assert error is not None and "CellTimeoutError" in error and time.perf_counter() - start < 30
