@@ -21,6 +21,7 @@ as in the book's build. Usage::
     python book/evidence_check.py 07 08          # chapters whose file names start so
     python book/evidence_check.py --seed 2 --kernels default
     python book/evidence_check.py --jobs 1       # one chapter after the other
+    python book/evidence_check.py --list         # only print the chapters it would run
     make test-evidence
 
 The exit status is pytest's.
@@ -71,6 +72,8 @@ def main(argv=None) -> int:
     parser.add_argument("--kernels", default=None,
                         help="ATEN_CPU_CAPABILITY for the run (default: the other kernel set of this machine)")
     parser.add_argument("--jobs", type=int, default=2, help="chapters executed at once (default 2)")
+    parser.add_argument("--list", action="store_true",
+                        help="print the chapters it would run (paths from the repository root), run nothing")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be a positive integer, got {args.jobs}")
@@ -79,6 +82,9 @@ def main(argv=None) -> int:
     chapters = training_chapters(args.chapters)
     if not chapters:
         parser.error(f"no chapter that trains models matches {args.chapters}")
+    if args.list:
+        print("\n".join(p.relative_to(ROOT).as_posix() for p in chapters))
+        return 0
     kernels = args.kernels or other_kernels()
     with tempfile.TemporaryDirectory(prefix="posenc-evidence-") as cache:
         jobs = min(args.jobs, len(chapters))

@@ -279,6 +279,16 @@ def test_evidence_check_finds_the_training_chapters_and_the_other_kernels():
         check.main(["--jobs", "0"])
 
 
+def test_evidence_check_lists_the_chapters_it_would_run(capsys):
+    """`--list` (what `make test` leaves to the check) prints the training chapters' paths and runs nothing."""
+    check = _evidence_check()
+    assert check.main(["--list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed == [p.relative_to(check.ROOT).as_posix() for p in check.training_chapters()]
+    assert all(line.startswith("chapters/") and line.endswith(".ipynb") for line in listed)
+    assert check.main(["--list", "08"]) == 0 and capsys.readouterr().out.split() == ["chapters/08_stretching.ipynb"]
+
+
 def test_slider_axis_ranges_hold_the_error_bars():
     """A slider figure keeps one axis range over its steps: wide enough for every step's error bars."""
     def make(k):
