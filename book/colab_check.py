@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -43,6 +44,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book"))
+from execute import _poll_in_slices  # noqa: E402  (its source runs inside the environment too)
 
 # What Colab has by default that the chapters use, and what executes a notebook.
 COLAB_PACKAGES = ["numpy", "plotly", "ipywidgets", "tqdm", "ipykernel", "nbclient"]
@@ -54,25 +57,10 @@ GIT_USER = ["-c", "user.name=colab-check", "-c", "user.email=colab-check@localho
 # Runs inside the environment: execute one notebook with nbclient, save it, and report the first error.
 RUNNER = r"""
 import sys, time, nbformat
-from queue import Empty
-from jupyter_client.channels import AsyncZMQSocketChannel
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-
-# jupyter_client's async poll can miss a reply that has already arrived and sleep until the
-# cell's whole timeout (seen with ipykernel 7 + pyzmq 27 after widget cells: 600 s, then the
-# reply is read and the cell "passes"). Poll in short slices instead.
-_get_msg = AsyncZMQSocketChannel.get_msg
-async def _sliced_get_msg(self, timeout=None):
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        step = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-        try:
-            return await _get_msg(self, timeout=step)
-        except Empty:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise
-AsyncZMQSocketChannel.get_msg = _sliced_get_msg
+""" + inspect.getsource(_poll_in_slices) + r"""
+_poll_in_slices()  # the book's executor's patch: a missed kernel reply costs half a second, not the timeout
 
 src, dst, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3])
 nb = nbformat.read(src, as_version=4)

@@ -80,8 +80,9 @@ def _poll_in_slices() -> None:
     """Make jupyter_client wait for a kernel's reply in half-second slices.
 
     Its asynchronous poll can miss a reply that has already arrived and sleep
-    until the cell's whole timeout (seen with ipykernel 7 and pyzmq 27 when two
-    kernels run side by side): the cell then fails, or passes a timeout later.
+    until the cell's whole timeout (seen with ipykernel 7 and pyzmq 27 after widget
+    cells, and when two kernels run side by side): the cell then fails, or passes a
+    timeout later. ``colab_check.py`` runs this function's source in its environment.
     """
     from queue import Empty
 
