@@ -35,7 +35,7 @@ Usage::
     python benchmarks/attention.py --kernel-sets default avx2  # one CSV per CPU kernel set
 
 Each row records the machine (CPU model, threads) and the CPU kernel set. The
-rows ``ALiBi [fold]``, ``ALiBi [chunked]``, ``Sandwich [chunked]`` and
+rows ``ALiBi [key_bias]``, ``ALiBi [fold]``, ``ALiBi [chunked]``, ``Sandwich [chunked]`` and
 ``Sandwich [bias]`` force one path of :func:`posenc.relative_attention`; the
 report compares the scheme's own row (path ``"auto"``, timed per shape class by
 :mod:`posenc.autotune` unless ``POSENC_AUTOTUNE=0``) with the best of them.
@@ -72,7 +72,7 @@ import posenc as pe
 RESULTS = Path(__file__).resolve().parent / "results" / "attention.csv"
 SCHEMES = ("causal SDPA", "naive", "RoPE", "xPos", "ALiBi", "ALiBi, stored bias",
            "KERPLE log", "KERPLE power", "Sandwich", "T5 bias", "window 512", "ReRoPE 512", "Self-Extend 4, 512",
-           "ALiBi [fold]", "ALiBi [chunked]", "Sandwich [chunked]", "Sandwich [bias]")
+           "ALiBi [key_bias]", "ALiBi [fold]", "ALiBi [chunked]", "Sandwich [chunked]", "Sandwich [bias]")
 #: ``"<scheme> [path]"``: the scheme through one explicit path of :func:`posenc.relative_attention`,
 #: to check that "auto" (the scheme's own row) is never much slower than the best of them.
 PATH_ROWS = {s: s.split(" [")[0] for s in SCHEMES if s.endswith("]")}
@@ -390,7 +390,7 @@ def main() -> None:
     for key, path in pe.autotune_decisions().items():
         print(f"auto chose {path!r} for head_dim {key[4]}, lengths up to {key[5]}, "
               f"{'ALiBi' if key[7] else ''}{' + ' if key[7] and key[8] else ''}{'a table' if key[8] else ''}"
-              f"{', a window' if key[9] else ''}, {'with' if key[10] else 'no'} gradient")
+              f"{', a window' if key[9] else ''}, {'with' if key[-1] else 'no'} gradient")
     goals = {"ALiBi": 1.2, "RoPE": 1.1, "xPos": 1.1, "KERPLE log": 1.2, "KERPLE power": 1.2, "Sandwich": 1.2,
              "T5 bias": 1.2}
     probe = 4096 if 4096 in lengths else max(lengths)
@@ -405,11 +405,13 @@ def main() -> None:
     alibi = next((r for r in rows if r["scheme"] == "ALiBi" and r["n"] == probe), None)
     if alibi and device.type == "cpu" and max(alibi["forward_ratio"], alibi["forward_backward_ratio"]) > goals["ALiBi"]:
         wider = [sdpa_width_cost(probe, device, backward, args.repeats) for backward in (False, True)]
-        print(f"\nALiBi at n={probe} on these kernels ({kernels}): folded, it is causal SDPA with head_dim "
-              f"{HEAD_DIM + 1} (the bias as one more channel); that width alone takes {wider[0]:.2f}x the time of "
-              f"head_dim {HEAD_DIM} forward and {wider[1]:.2f}x forward+backward, for {(HEAD_DIM + 1) / HEAD_DIM:.3f}x "
-              "the arithmetic. The rest (the copies that add the channel, or the bias block the chunked path adds "
-              "to every tile of scores) is not broken down here; 'auto' takes the faster path.")
+        print(f"\nALiBi at n={probe} on these kernels ({kernels}): as a bias per key (path 'key_bias', where this "
+              f"torch's CPU flash kernel takes a mask with its causal flag) it is causal SDPA plus one broadcast "
+              f"addition per score; folded, it is causal SDPA with head_dim {HEAD_DIM + 1} (the bias as one more "
+              f"channel), and that width alone takes {wider[0]:.2f}x the time of head_dim {HEAD_DIM} forward and "
+              f"{wider[1]:.2f}x forward+backward, for {(HEAD_DIM + 1) / HEAD_DIM:.3f}x the arithmetic. The rest "
+              "(the copies that add the channel, or the bias block the chunked path adds to every tile of scores) "
+              "is not broken down here; 'auto' takes the faster path.")
     fixed = next((r for r in rows if r["scheme"] == "Sandwich" and r["n"] == probe), None)
     learned = [r for r in rows if r["scheme"] in ("KERPLE log", "KERPLE power", "T5 bias") and r["n"] == probe
                and r["forward_backward_ratio"] > goals[r["scheme"]]]

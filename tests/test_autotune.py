@@ -45,6 +45,28 @@ def test_choose_times_each_candidate_once_per_key_and_keeps_the_fastest(monkeypa
     assert T.clear_autotune_decisions() == 2 and T.autotune_decisions() == {}
 
 
+@pytest.mark.parametrize("fast_cost,margin,expected", [(96, 0.05, "rule"), (94, 0.05, "fast"), (99, 0.0, "fast"),
+                                                        (50, 0.6, "rule"), (100, 0.0, "rule")])
+def test_the_rule_is_kept_unless_another_candidate_is_faster_by_the_margin(monkeypatch, fast_cost, margin, expected):
+    clock = iter(range(10**6))
+    monkeypatch.setattr(T.time, "perf_counter", lambda: next(clock))
+    cost = {"rule": 100, "fast": fast_cost}
+
+    def run(name):
+        def f():
+            for _ in range(cost[name] - 1):
+                next(clock)
+        return f
+
+    key = ("margin", fast_cost, margin)
+    assert T.choose_fastest(key, {"rule": run("rule"), "fast": run("fast")}, fallback="rule", margin=margin) == expected
+    _, timings = T.autotune_decisions(timings=True)[key]
+    assert timings == {"rule": 100, "fast": fast_cost}                  # what was measured, whichever was kept
+    for bad in (-0.1, 1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="margin"):
+            T.choose_fastest(("bad", bad), {"rule": run("rule"), "fast": run("fast")}, fallback="rule", margin=bad)
+
+
 def test_the_off_switch_and_a_single_candidate_time_nothing(monkeypatch):
     ran = []
     candidates = {"a": lambda: ran.append("a"), "b": lambda: ran.append("b")}
@@ -167,7 +189,7 @@ def test_auto_equals_the_fixed_rule_and_the_reference(n, kind, grad):
     if grad:
         torch.testing.assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-3)
     chosen = list(T.autotune_decisions().values())
-    assert len(chosen) == 1 and chosen[0] in ("chunked", "bias", "fold")
+    assert len(chosen) == 1 and chosen[0] in ("chunked", "bias", "fold", "key_bias")
     key = next(iter(T.autotune_decisions()))
     assert key[-1] == grad and key[5] == T.length_bucket(n)           # the class: grad or not, the length bucket
 
@@ -191,15 +213,19 @@ def test_auto_times_a_class_once_and_leaves_the_inputs_gradients_alone(monkeypat
     assert q.grad is not None and slopes.grad is not None
 
 
-def test_auto_without_timing_follows_the_fixed_rule(monkeypatch):
+@pytest.mark.parametrize("key_bias", [True, False], ids=["key-bias-kernel", "older-torch"])
+def test_auto_without_timing_follows_the_fixed_rule(monkeypatch, key_bias):
     monkeypatch.setenv(T.AUTOTUNE_ENV, "0")
+    monkeypatch.setattr(A, "key_bias_available", lambda: key_bias)
     chosen = []
-    for name in ("fold", "chunked", "bias"):
+    for name in ("key_bias", "fold", "chunked", "bias"):
         real = getattr(A, f"_path_{name}")
         monkeypatch.setattr(A, f"_path_{name}", lambda *a, _n=name, _r=real, **kw: chosen.append(_n) or _r(*a, **kw))
     q, k, v = _qkv(4096, heads=1, d=64)
     with torch.no_grad():
-        pe.relative_attention(q, k, v, slopes=pe.alibi_slopes(1))               # long, wide heads: the fold
-        pe.relative_attention(*_qkv(300), slopes=pe.alibi_slopes(2))             # else the chunked view
+        pe.relative_attention(q, k, v, slopes=pe.alibi_slopes(1))               # ALiBi per key, else (long, wide heads) the fold
+        pe.relative_attention(*_qkv(300), slopes=pe.alibi_slopes(2))             # ALiBi per key, else the chunked view
+        pe.relative_attention(*_qkv(300), distance_bias=torch.zeros(2, 300))     # a table: the chunked view
         pe.relative_attention(*_qkv(100), slopes=pe.alibi_slopes(2))             # short: the stored bias
-    assert chosen == ["fold", "chunked", "bias"] and T.autotune_decisions() == {}
+    expected = ["key_bias", "key_bias"] if key_bias else ["fold", "chunked"]
+    assert chosen == [*expected, "chunked", "bias"] and T.autotune_decisions() == {}

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 import posenc as pe
+from posenc._fused_alibi import key_bias_available
 from posenc.attention import _pick_path
 
 H, D = 4, 16
-PATHS = ["fold", "chunked", "flex", "bias", "auto"]
+PATHS = ["fold", "chunked", "flex", "bias", "auto"] + (["key_bias"] if key_bias_available() else [])
 
 
 def qkv(q_len, k_len=None, batch=2, dtype=torch.float64, seed=0):
@@ -44,8 +45,8 @@ def test_every_path_equals_the_reference(q_len, k_len, kind):
     kw = biases(k_len)[kind]
     ref = run("naive", q, k, v, **kw)
     for path in PATHS:
-        if path == "fold" and (kind != "alibi" or q_len != k_len):
-            with pytest.raises(ValueError, match="fold"):
+        if path in ("fold", "key_bias") and (kind != "alibi" or q_len != k_len):
+            with pytest.raises(ValueError, match=path):
                 run(path, q, k, v, **kw)
             continue
         if path == "flex" and q_len > 300:
@@ -88,12 +89,12 @@ def test_fold_in_float32_error_is_bounded():
     assert err > 0  # it is float32: not exact
 
 
-@pytest.mark.parametrize("path", ["fold", "chunked"])
+@pytest.mark.parametrize("path", ["key_bias", "fold", "chunked"])
 def test_gradients_match_the_reference(path):
     n = 300
     q, k, v = (t.requires_grad_() for t in qkv(n, batch=1))
     table = biases(n)["table"]["distance_bias"].clone().requires_grad_()
-    kw = dict(slopes=pe.alibi_slopes(H, dtype=torch.float64)) if path == "fold" else dict(distance_bias=table)
+    kw = dict(distance_bias=table) if path == "chunked" else dict(slopes=pe.alibi_slopes(H, dtype=torch.float64))
     grads = []
     for p in (path, "naive"):
         out = run(p, q, k, v, **kw)
@@ -115,18 +116,63 @@ def test_causal_output_ignores_later_tokens():
     assert not torch.allclose(out[:, :, 200:], out2[:, :, 200:])
 
 
-def test_auto_path_choice():
+@pytest.mark.parametrize("key_bias", [True, False], ids=["key-bias-kernel", "older-torch"])
+def test_auto_path_choice(key_bias, monkeypatch):
+    """The fixed rule: ALiBi per key where the CPU kernel takes it, else the fold for long, wide heads, else chunks."""
+    monkeypatch.setattr(sys.modules["posenc.attention"], "key_bias_available", lambda: key_bias)
     q = k = torch.empty(1, H, 4096, 64)  # long and wide enough for the fold (only shapes and dtype matter)
     slopes, table = pe.alibi_slopes(H), torch.zeros(H, 4096)
-    assert _pick_path(q, k, slopes, None, None) == "fold"
-    assert _pick_path(q.bfloat16(), k.bfloat16(), slopes, None, None) == "chunked"  # fold needs float32/64
-    assert _pick_path(q[..., :32], k[..., :32], slopes, None, None) == "chunked"  # narrow heads: chunked
-    assert _pick_path(q[:, :, :2048], k[:, :, :2048], slopes, None, None) == "chunked"  # shorter: chunked
+    alibi = "key_bias" if key_bias else "fold"
+    assert _pick_path(q, k, slopes, None, None) == alibi
+    assert _pick_path(q.bfloat16(), k.bfloat16(), slopes, None, None) == "chunked"  # both need float32/64
+    short = "key_bias" if key_bias else "chunked"  # the fold pays for its extra channel on long, wide heads only
+    assert _pick_path(q[..., :32], k[..., :32], slopes, None, None) == short
+    assert _pick_path(q[:, :, :2048], k[:, :, :2048], slopes, None, None) == short
+    assert _pick_path(q[:, :, :129], k[:, :, :129], slopes, None, None) == short
     assert _pick_path(q[:, :, -1000:], k, slopes, None, None) == "chunked"  # queries after a cache
     assert _pick_path(q, k, slopes, None, 64) == "chunked"
     assert _pick_path(q, k, None, table, None) == "chunked"
     assert _pick_path(q[:, :, :128], k[:, :, :128], None, table, None) == "bias"
-    assert _pick_path(q[:, :, :129], k[:, :, :129], slopes, None, None) == "chunked"
+    learned = slopes.clone().requires_grad_()  # the kernel gives no gradient for its mask
+    assert _pick_path(q, k, learned, None, None) == "fold"
+    with torch.no_grad():
+        assert _pick_path(q, k, learned, None, None) == alibi
+
+
+def test_key_bias_float32_error_is_bounded_and_learned_slopes_are_refused():
+    """ALiBi per key rounds logits of size ~ m n / 2, as the fold; learned slopes must take another path."""
+    n = 2048
+    q, k, v = qkv(n, batch=1, dtype=torch.float32)
+    slopes = pe.alibi_slopes(H)
+    ref = run("naive", q.double(), k.double(), v.double(), slopes=slopes.double())
+    err = (run("key_bias", q, k, v, slopes=slopes).double() - ref).abs().max().item()
+    assert 0 < err < 8 * slopes.max().item() * n * 2.0 ** -24, err
+    learned = slopes.clone().requires_grad_()
+    with pytest.raises(ValueError, match="fold"):
+        run("key_bias", q, k, v, slopes=learned)
+    out = run("auto", q[:, :, :300], k[:, :, :300], v[:, :, :300], slopes=learned)  # another path, with a gradient
+    (grad,) = torch.autograd.grad(out.sum() + (out ** 2).sum(), learned)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def test_key_bias_probe_refuses_a_kernel_that_ignores_the_mask_or_the_arguments(monkeypatch):
+    """A torch whose CPU flash kernel drops the mask, or does not take one, never gets the path."""
+    from posenc import _fused_alibi
+
+    def plain(q, k, v, dropout, causal, attn_mask=None, scale=None):  # ignores the mask
+        return (torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale),)
+
+    def old(q, k, v, dropout, causal, scale=None):  # no mask argument
+        return plain(q, k, v, dropout, causal, scale=scale)
+
+    probe, real = _fused_alibi.key_bias_available.__wrapped__, _fused_alibi._CPU_FLASH
+    for fake in (plain, old, None):
+        monkeypatch.setattr(_fused_alibi, "_CPU_FLASH", fake)
+        assert probe() is False, fake
+    monkeypatch.setattr(_fused_alibi, "_CPU_FLASH", real)
+    assert probe() is _fused_alibi.key_bias_available()
+    if tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 4):
+        assert _fused_alibi.key_bias_available()  # the CPU flash kernel has taken a mask since torch 2.3
 
 
 def test_bad_inputs():
@@ -148,7 +194,7 @@ def test_bad_inputs():
 
 
 def test_paths_are_listed():
-    assert set(pe.ATTENTION_PATHS) == {"auto", "fold", "chunked", "flex", "bias", "naive"}
+    assert set(pe.ATTENTION_PATHS) == {"auto", "key_bias", "fold", "chunked", "flex", "bias", "naive"}
 
 
 @pytest.mark.parametrize("q_len,k_len,window", [(300, 300, None), (270, 520, 100), (520, 520, 300)])
@@ -188,13 +234,13 @@ def test_half_precision_every_path_at_1024(dtype, tol, kind):
     kw = biases(n)[kind]
     ref = run("naive", q, k, v, **kw)
     low = {key: t.to(dtype) for key, t in kw.items()}
-    for path in ["fold", "chunked", "flex", "bias", "naive", "auto"]:
-        if path == "fold" and kind != "alibi":
+    for path in ["key_bias", "fold", "chunked", "flex", "bias", "naive", "auto"]:
+        if path in ("fold", "key_bias") and kind != "alibi":
             continue
         out = run(path, q.to(dtype), k.to(dtype), v.to(dtype), **low)
         err = (out.double() - ref).abs().max().item()
         assert out.dtype == dtype and err < tol, (path, err)
-        if path == "fold":
+        if path in ("fold", "key_bias"):  # computed in float32: only the output's rounding is left
             assert err < tol / 2
 
 

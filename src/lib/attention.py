@@ -17,10 +17,11 @@ numbers. Causal biases that depend only on the distance ``i - j`` (ALiBi,
 KERPLE, Sandwich, the T5 bias, a sliding window) need far less, and
 :func:`relative_attention` takes them as ``(heads,)`` slopes or a
 ``(heads, n)`` table of values per distance, then picks the fastest exact
-path: ALiBi folded into one extra channel of ``q`` and ``k`` (the fused causal
-kernel runs unchanged), query chunks reading the bias through a Toeplitz view
-of the table (no ``n x n`` tensor), or FlexAttention with the bias as a
-``score_mod`` on CUDA.
+path: ALiBi as a bias per key that the fused causal CPU kernel adds itself, or
+folded into one extra channel of ``q`` and ``k`` (the fused causal kernel runs
+unchanged; :mod:`posenc._fused_alibi`), query chunks reading the bias through
+a Toeplitz view of the table (no ``n x n`` tensor), or FlexAttention with the
+bias as a ``score_mod`` on CUDA.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import torch.nn.functional as F
 from ._validate import check_float_dtype as _float_dtype, check_int, check_number
 from ._validate import make_module_callable
 from ._flex import _FLEX, _flex_available, _path_flex
+from ._fused_alibi import _path_fold, _path_key_bias, key_bias_available
 from .autotune import choose_fastest, length_bucket
 from .entropy import attention_entropy, log_length_scale  # here too: they were first defined in this module
 from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _layout_hint, causal_mask
@@ -199,15 +201,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Option
 # ---------------------------------------------------------------------------
 
 #: The implementations :func:`relative_attention` can use (``path=``).
-ATTENTION_PATHS = ("auto", "fold", "chunked", "flex", "bias", "naive")
+ATTENTION_PATHS = ("auto", "key_bias", "fold", "chunked", "flex", "bias", "naive")
 
 #: Query rows per call of the chunked path.
 _CHUNK = 256
 
-# Where "auto" switches paths on the CPU, from forward and forward+backward timings against SDPA
-# (head_dim 16 and 64, 32 ... 8192 queries): a stored bias is cheapest up to 128 queries; the
-# chunked view from there on; ALiBi's fold only pays for its 65th channel (the fused kernel runs
-# ~10% slower at an odd width) on long sequences with wide heads.
+# Where the fixed rule of "auto" switches paths on the CPU, from forward and forward+backward timings
+# against SDPA (head_dim 16 and 64, 32 ... 8192 queries): a stored bias is cheapest up to 128 queries;
+# from there on ALiBi's mask per key where the kernel takes it, else the chunked view, and ALiBi's fold
+# (its 65th channel runs the fused kernel ~10% slower) only on long sequences with wide heads.
 _STORE_MAX = 128
 # The stored bias is timed against the others up to this many numbers (batch * heads * q_len * k_len).
 _STORE_TIMED = 1 << 26
@@ -271,28 +273,6 @@ def _path_bias(q, k, v, scale, slopes, distance_bias, window):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
     bias = _distance_values(d, slopes, distance_bias, window, q.dtype)[None]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
-
-
-def _path_fold(q, k, v, scale, slopes):
-    """ALiBi as one extra channel: ``-m (i - j) = m j - m i``, and softmax ignores ``-m i``.
-
-    What is left, ``+m j``, is a product of a query feature (1) and a key
-    feature (``m j / scale``), so the fused causal kernel computes it with
-    ``head_dim + 1`` channels. Keys are centred (``j - c``) to halve the size of
-    the numbers added: in float32 the logits then carry a rounding error of
-    about ``max(m) * n * 2^-25``. Half precision is computed in float32 (in
-    bfloat16 the logit errors would reach 1 at ``n = 1024``) and cast back.
-    """
-    if q.dtype in (torch.float16, torch.bfloat16):
-        return _path_fold(q.float(), k.float(), v.float(), scale, slopes).to(q.dtype)
-    b, h, n, _ = q.shape
-    j = torch.arange(n, device=q.device, dtype=torch.float64) - (n - 1) / 2
-    key_feature = (slopes.double()[:, None] * j / scale).to(q.dtype)  # (heads, n)
-    ones = q.new_ones(b, h, n, 1)
-    q1 = torch.cat([q, ones], dim=-1)
-    k1 = torch.cat([k, key_feature[None, :, :, None].expand(b, h, n, 1)], dim=-1)
-    v1 = torch.cat([v, ones], dim=-1)  # same width as q, k: keeps SDPA on its fused kernel
-    return F.scaled_dot_product_attention(q1, k1, v1, is_causal=True, scale=scale)[..., :-1]
 
 
 def _path_chunked(q, k, v, scale, slopes, distance_bias, window, chunk=_CHUNK):
@@ -418,8 +398,9 @@ def _timed_path(q, k, v, scale, slopes, distance_bias, window) -> str:
 
     Timed where the choice depends on the machine: on a CPU beyond ``_STORE_MAX``
     queries, between the chunked view, the stored bias (while it is at most
-    ``_STORE_TIMED`` numbers) and ALiBi's fold. ``_pick_path`` is the fixed rule
-    (``POSENC_AUTOTUNE=0``). Timing runs on copies, so no gradient reaches the inputs.
+    ``_STORE_TIMED`` numbers) and, for ALiBi, its bias per key and its fold.
+    ``_pick_path`` is the fixed rule (``POSENC_AUTOTUNE=0``). Timing runs on
+    copies, so no gradient reaches the inputs.
     """
     rule = _pick_path(q, k, slopes, distance_bias, window)
     q_len, k_len = q.shape[2], k.shape[2]
@@ -430,9 +411,12 @@ def _timed_path(q, k, v, scale, slopes, distance_bias, window) -> str:
     paths = {"chunked": lambda q, k, v, s, b: _path_chunked(q, k, v, scale, s, b, window)}
     if q.shape[0] * q.shape[1] * q_len * k_len <= _STORE_TIMED:
         paths["bias"] = lambda q, k, v, s, b: _path_bias(q, k, v, scale, s, b, window)
-    if rule == "fold" or (slopes is not None and distance_bias is None and window is None and q_len == k_len
-                          and q.dtype in (torch.float32, torch.float64)):
+    alibi_only = _alibi_only(q, k, slopes, distance_bias, window)
+    if alibi_only and q.dtype in (torch.float32, torch.float64):
         paths["fold"] = lambda q, k, v, s, b: _path_fold(q, k, v, scale, s)
+    key_bias = alibi_only and _key_bias_applies(q, slopes)
+    if key_bias:
+        paths["key_bias"] = lambda q, k, v, s, b: _path_key_bias(q, k, v, scale, s)
 
     def timed(path):
         def run():
@@ -444,21 +428,33 @@ def _timed_path(q, k, v, scale, slopes, distance_bias, window) -> str:
         return run
 
     key = ("relative_attention", q.device.type, q.device.index, q.dtype, q.shape[-1], length_bucket(q_len),
-           q_len == k_len, slopes is not None, distance_bias is not None, window is not None, grad)
+           q_len == k_len, slopes is not None, distance_bias is not None, window is not None, key_bias, grad)
     return choose_fastest(key, {name: timed(path) for name, path in paths.items()}, fallback=rule if rule in paths
                   else "chunked", device=q.device)
 
 
+def _alibi_only(q, k, slopes, distance_bias, window) -> bool:
+    """Slopes and nothing else, every query seeing every earlier key: where ALiBi's two fused-kernel paths apply."""
+    return slopes is not None and distance_bias is None and window is None and q.shape[2] == k.shape[2]
+
+
+def _key_bias_applies(q, slopes) -> bool:
+    """The CPU flash kernel can add ALiBi's bias per key: a CPU tensor, slopes without a gradient to give."""
+    return (q.device.type == "cpu" and not (slopes.requires_grad and torch.is_grad_enabled())
+            and key_bias_available())
+
+
 def _pick_path(q, k, slopes, distance_bias, window) -> str:
-    q_len, k_len = q.shape[2], k.shape[2]
+    q_len = q.shape[2]
     if q.device.type == "cuda" and _flex_available(q.device) and not _FLEX.get("broken"):
         return "flex"
     if q_len <= _STORE_MAX:
         return "bias"  # the (heads, q, k) bias is small; the other paths' extra work would cost more
-    if (slopes is not None and distance_bias is None and window is None and q_len == k_len
-            and q_len >= _FOLD_MIN_LEN and q.shape[-1] >= _FOLD_MIN_DIM
-            and q.dtype in (torch.float32, torch.float64)):
-        return "fold"
+    if _alibi_only(q, k, slopes, distance_bias, window) and q.dtype in (torch.float32, torch.float64):
+        if _key_bias_applies(q, slopes):
+            return "key_bias"
+        if q_len >= _FOLD_MIN_LEN and q.shape[-1] >= _FOLD_MIN_DIM:
+            return "fold"
     return "chunked"
 
 
@@ -494,12 +490,18 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
 
     Paths (all equal to the ``"naive"`` reference, see the tests):
 
-    * ``"fold"``: ALiBi only (slopes, no table, no window, ``q_len == k_len``;
-      half precision runs in float32). Softmax ignores a constant per query, so ``-m (i - j)``
-      may be replaced by ``+m j``, which is one extra channel of ``q`` (1) and
-      ``k`` (``m j / scale``): PyTorch's fused causal kernel runs as without a
-      bias. Exact in real arithmetic; float32 rounding of the larger logits
-      gives errors of about ``max(m) n 2^-25`` (1e-4 at ``n = 4096``, ``m = 1/2``).
+    * ``"key_bias"``: ALiBi only (slopes, no table, no window, ``q_len ==
+      k_len``), on a CPU. Softmax ignores a constant per query, so ``-m (i - j)``
+      may be replaced by ``+m j``, a bias of the key alone: a ``(1, heads, 1,
+      n)`` mask that PyTorch's flash kernel for the CPU broadcasts over the
+      queries and adds to its causal scores, in the same call. No channel, no
+      chunk, no ``n x n`` tensor. Exact in real arithmetic; float32 rounding of
+      the larger logits gives errors of about ``max(m) n 2^-25`` (1e-4 at ``n =
+      4096``, ``m = 1/2``); half precision runs in float32. Not for learned
+      slopes (the kernel gives no gradient for its mask: use ``"fold"``).
+    * ``"fold"``: ALiBi only, the same ``+m j`` as one extra channel of ``q``
+      (1) and ``k`` (``m j / scale``): any fused causal kernel runs it, at
+      ``head_dim + 1`` channels. The same rounding; half precision in float32.
     * ``"chunked"``: 256 queries per call, each chunk's bias a strided view of
       one row of ``heads * (q_len + k_len)`` numbers, keys limited to those
       the chunk may see (causal, window). Exact; any bias.
@@ -513,9 +515,9 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
     to 128 queries; beyond, it times the exact paths that apply on the first
     call of each shape class and keeps the fastest (:mod:`posenc.autotune`;
     ``POSENC_AUTOTUNE=0`` turns timing off). The fixed rule it falls back on:
-    ``"fold"`` when it applies to 4096 queries or more with
-    ``head_dim >= 64``, and ``"chunked"`` otherwise (the fastest on a CPU in
-    the timings behind these thresholds, forward and backward).
+    for ALiBi in float32 or float64, ``"key_bias"`` where it applies, else
+    ``"fold"`` for 4096 queries or more with ``head_dim >= 64``; ``"chunked"``
+    otherwise.
 
     Args:
         q: ``(batch, heads, q_len, head_dim)``; the queries are the last
@@ -554,18 +556,23 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
     q, scale = _scaled(q, scale)
     if _flag("return_weights", return_weights) and path not in ("auto", "naive"):
         raise ValueError(f"return_weights needs the explicit path 'naive', not {path!r}")
-    if path == "fold" and (slopes is None or distance_bias is not None or window is not None
-                           or q.shape[2] != k.shape[2]):
-        raise ValueError("path='fold' takes ALiBi slopes only (no distance_bias, no window) and q_len == k_len")
+    if path in ("fold", "key_bias") and not _alibi_only(q, k, slopes, distance_bias, window):
+        raise ValueError(f"path={path!r} takes ALiBi slopes only (no distance_bias, no window) and q_len == k_len")
+    if path == "key_bias" and not _key_bias_applies(q, slopes):
+        raise ValueError("path='key_bias' needs a CPU tensor, slopes that need no gradient (learned slopes: "
+                         "path='fold') and a torch whose CPU flash kernel takes a causal flag and a mask together"
+                         + ("" if key_bias_available() else " (this one does not)"))
     if q.numel() == 0:  # no query (head_dim is >= 1)
         return _empty(q, k, v, return_weights)
     if return_weights:
         return _path_naive(q, k, v, scale, slopes, distance_bias, window)
     if slopes is None and distance_bias is None and window is None and q.shape[2] == k.shape[2] \
-            and path in ("auto", "fold"):
+            and path in ("auto", "fold", "key_bias"):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     if path == "auto":
         path = _timed_path(q, k, v, scale, slopes, distance_bias, window)
+    if path == "key_bias":
+        return _path_key_bias(q, k, v, scale, slopes)
     if path == "fold":
         return _path_fold(q, k, v, scale, slopes)
     if path == "chunked":

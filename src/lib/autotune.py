@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Seque
 
 import torch
 
-from ._validate import check_int
+from ._validate import check_int, check_number
 
 __all__ = ["AUTOTUNE_ENV", "autotune_enabled", "choose_fastest", "time_in_turns", "autotune_decisions",
            "clear_autotune_decisions", "length_bucket"]
@@ -139,8 +139,13 @@ def time_in_turns(candidates: Union[Mapping[Any, Callable[[], Any]], Sequence[Ca
 
 
 def choose_fastest(key: Hashable, candidates: Mapping[str, Callable[[], Any]], *, fallback: str,
-           device: Any = None, repeats: int = 2) -> str:
+           device: Any = None, repeats: int = 2, margin: float = 0.05) -> str:
     """The fastest of ``candidates`` for the shape class ``key``, timed on its first call, then remembered.
+
+    The ``fallback`` (the caller's fixed rule) is kept unless another candidate
+    beats it by more than ``margin`` (a fraction of its time): a few timed calls
+    on a busy machine differ by a few percent from run to run, and a difference
+    that small is not worth trading the rule's choice for.
 
     Args:
         key: the shape class (hashable): everything on which the fastest choice may depend.
@@ -150,6 +155,7 @@ def choose_fastest(key: Hashable, candidates: Mapping[str, Callable[[], Any]], *
             off (``$POSENC_AUTOTUNE=0``), or when a candidate fails.
         device: synchronised around each timing (CUDA runs asynchronously).
         repeats: timed rounds after one warm-up call of each (:func:`time_in_turns`); the best counts.
+        margin: how much faster than the fallback another candidate must be to replace it (0: the fastest wins).
 
     Returns:
         a name of ``candidates``.
@@ -159,6 +165,9 @@ def choose_fastest(key: Hashable, candidates: Mapping[str, Callable[[], Any]], *
     if fallback not in candidates:
         raise ValueError(f"fallback {fallback!r} is not one of the candidates {sorted(candidates)}")
     repeats = check_int("repeats", repeats)
+    margin = check_number("margin", margin)
+    if not 0 <= margin < 1:
+        raise ValueError(f"margin must be a fraction in [0, 1), got {margin}")
     if len(candidates) == 1 or not autotune_enabled():
         return fallback
     with _LOCK:
@@ -180,8 +189,8 @@ def choose_fastest(key: Hashable, candidates: Mapping[str, Callable[[], Any]], *
         except (RuntimeError, MemoryError):  # failed on a later call: keep the fixed rule
             pass
     best = min(timings, key=lambda name: (timings[name], name != fallback))
-    if timings[best] == float("inf"):
-        best = fallback
+    if timings[best] == float("inf") or timings[best] >= (1 - margin) * timings[fallback]:
+        best = fallback  # nothing ran, or nothing measurably faster than the rule
     with _LOCK:
         _DECISIONS.setdefault(key, best)
         _TIMINGS.setdefault(key, timings)
