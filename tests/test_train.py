@@ -137,6 +137,12 @@ def test_presets(monkeypatch):
     assert T.training_preset() == full
     monkeypatch.setenv("POSENC_SIZE", "small")
     assert T.training_preset(steps=7).steps == 7
+    for preset in (small, full, T.training_preset("small", steps=1)):
+        retrieval, base = preset.retrieval_kwargs(), preset.train_kwargs()
+        assert retrieval["batch_size"] == 2 * base["batch_size"] and 1 <= retrieval["steps"] <= base["steps"]
+        assert abs(retrieval["steps"] - 2 * base["steps"] / 3) <= 0.5                      # two thirds, rounded
+        assert {k: v for k, v in retrieval.items() if k not in ("batch_size", "steps")} == \
+            {k: v for k, v in base.items() if k not in ("batch_size", "steps")}
     model = small.make_model(10, "learned")
     assert model.max_len == 8 * small.seq_len and model.train_len == small.seq_len
     assert small.make_model(10, "rope").d_model == small.d_model
