@@ -98,7 +98,8 @@ class TrainingPreset:
     """Model and training sizes for one running mode.
 
     ``model_kwargs()`` feeds :class:`~posenc.model.TinyLM`, ``train_kwargs()``
-    feeds :func:`train` (``retrieval_kwargs()`` for the retrieval tasks); :meth:`make_model` does both jobs of building a model.
+    feeds :func:`train` (``retrieval_kwargs()`` for the retrieval tasks);
+    :meth:`make_model` does both jobs of building a model.
     """
 
     mode: str
@@ -133,14 +134,16 @@ class TrainingPreset:
                     lr=self.lr, warmup=self.warmup)
 
     def retrieval_kwargs(self) -> Dict[str, Any]:
-        """:meth:`train_kwargs` for the retrieval tasks (passkey, multi-key): batches twice the size, two thirds of the steps.
+        """:meth:`train_kwargs` for the retrieval tasks (passkey, multi-key): twice the batch, two thirds of the steps.
 
         A retrieval task is learned in a jump (the model finds the key, then
         copies what follows it), and how soon it comes depends on the number of
         sequences seen more than on the number of steps: twice the batch for
         two thirds of the steps (4/3 of the tokens) gets every seed of the
-        book's models to the answer within ``seq_len``, which the chapters
-        check before they test beyond it.
+        softmax models of chapters 8 and 9 to the answer within ``seq_len``,
+        which the chapters check before they test beyond it. Chapter 10's
+        linear layouts, slower learners, train at half the rate for all of
+        ``steps``.
 
         >>> kw = training_preset("small").retrieval_kwargs()
         >>> kw["batch_size"], kw["steps"]
