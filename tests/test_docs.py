@@ -155,6 +155,29 @@ def test_bibliography_uses_the_author_year_style():
     assert '<a href="https://arxiv.org/abs/2108.12409">' in html
 
 
+def test_bibliography_plugin_lookups_are_scanned_once():
+    import sys
+    from pathlib import Path
+
+    import pybtex.plugin
+    from pybtex.richtext import Text
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "book" / "_ext"))
+    try:
+        import posenc_book  # noqa: F401  (caches pybtex's plugin lookups)
+    finally:
+        sys.path.remove(str(root / "book" / "_ext"))
+    lookup = pybtex.plugin.entry_points
+    for group in ("pybtex.database.input", "pybtex.backends", "pybtex.style.formatting"):
+        assert [ep.name for ep in lookup(group=group)] == [ep.name for ep in lookup.__wrapped__(group=group)]
+    Text.from_latex("Press").render_as("text")
+    before = lookup.cache_info()
+    Text.from_latex("Chiang").render_as("text")  # the same plugins again: from the cache, no new scan
+    after = lookup.cache_info()
+    assert after.hits > before.hits and after.misses == before.misses
+
+
 @pytest.mark.parametrize("name, function", [("train", "train"), ("attention", "attention")])
 def test_help_on_a_callable_module_starts_with_its_function(name, function):
     """``help(pe.train)`` shows what ``pe.train(...)`` does before the module's other members."""

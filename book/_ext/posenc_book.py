@@ -400,6 +400,18 @@ from pybtex.style.labels import BaseLabelStyle
 from pybtex.style.template import href, join, optional, words
 
 
+def _cache_plugin_lookups() -> None:
+    """pybtex finds its plugins in the installed packages' metadata at every use: one scan of every
+    package's entry points (milliseconds), a few for each author name the labels render, about 650 in
+    a build. What is installed does not change during a build: each selection is scanned once."""
+    scan = pybtex.plugin.entry_points
+    if not hasattr(scan, "cache_info"):  # not when this file is imported a second time, under another name
+        pybtex.plugin.entry_points = functools.lru_cache(maxsize=None)(lambda **selection: tuple(scan(**selection)))
+
+
+_cache_plugin_lookups()
+
+
 def _last_name(person) -> str:
     name = " ".join(person.prelast_names + person.last_names)
     return Text.from_latex(name).render_as("text")
