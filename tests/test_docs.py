@@ -125,10 +125,20 @@ def test_every_reference_links_to_its_paper():
     assert not missing, f"entries without url, doi or eprint: {missing}"
 
 
-def test_bibliography_uses_the_author_year_style():
+def _book_extension():
+    """The book's Sphinx extension ``book/_ext/posenc_book.py``, imported as Sphinx imports it."""
     import sys
-    from pathlib import Path
 
+    folder = str(Path(__file__).resolve().parents[1] / "book" / "_ext")
+    sys.path.insert(0, folder)
+    try:
+        import posenc_book
+    finally:
+        sys.path.remove(folder)
+    return posenc_book
+
+
+def test_bibliography_uses_the_author_year_style():
     import pybtex.plugin
     import yaml
     from pybtex.database import parse_file
@@ -136,11 +146,7 @@ def test_bibliography_uses_the_author_year_style():
     root = Path(__file__).resolve().parents[1]
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf8"))
     assert config["sphinx"]["config"]["bibtex_default_style"] == "posenc"
-    sys.path.insert(0, str(root / "book" / "_ext"))
-    try:
-        import posenc_book
-    finally:
-        sys.path.remove(str(root / "book" / "_ext"))
+    posenc_book = _book_extension()
     style_cls = pybtex.plugin.find_plugin("pybtex.style.formatting", "posenc")
     # by name: the extension may have been imported (and registered) earlier under another module name
     assert style_cls.__name__ == posenc_book.PosencStyle.__name__
@@ -156,18 +162,10 @@ def test_bibliography_uses_the_author_year_style():
 
 
 def test_bibliography_plugin_lookups_are_scanned_once():
-    import sys
-    from pathlib import Path
-
     import pybtex.plugin
     from pybtex.richtext import Text
 
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "book" / "_ext"))
-    try:
-        import posenc_book  # noqa: F401  (caches pybtex's plugin lookups)
-    finally:
-        sys.path.remove(str(root / "book" / "_ext"))
+    _book_extension()  # caches pybtex's plugin lookups
     lookup = pybtex.plugin.entry_points
     for group in ("pybtex.database.input", "pybtex.backends", "pybtex.style.formatting"):
         assert [ep.name for ep in lookup(group=group)] == [ep.name for ep in lookup.__wrapped__(group=group)]
