@@ -59,9 +59,19 @@ def test_spread_is_mean_min_max(values):
 def test_spread_versus_names_an_ordering_only_where_the_ranges_separate(a, b):
     x, y = pe.spread(a), pe.spread(b)
     word = x.versus(y)
-    assert word == ("below" if max(a) < min(b) else "above" if min(a) > max(b) else "within seed noise of")
+    same = len(set(a) | set(b)) == 1                                   # one value on every seed of both
+    assert word == ("below" if max(a) < min(b) else "above" if min(a) > max(b) else "equal to" if same
+                    else "within seed noise of")
     assert y.versus(x) == {"below": "above", "above": "below"}.get(word, word)                     # antisymmetric
-    assert x.versus(y, "lower", "higher", "tied") == {"below": "lower", "above": "higher"}.get(word, "tied")
+    assert x.versus(y, "lower", "higher", "tied", "same") == {"below": "lower", "above": "higher",
+                                                              "equal to": "same"}.get(word, "tied")
+
+
+@given(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=1, max_size=4), st.sampled_from([0.0, 0.5, 1.0]))
+def test_spread_versus_says_equal_only_for_one_value_on_every_seed(a, b):
+    word = pe.spread(a).versus(b)                                      # against a plain number, too
+    assert (word == "equal to") == (set(a) == {b})
+    assert pe.spread(a).versus(pe.spread([b, b])) == word
 
 
 def test_spread_of_nested_results_and_tensors():

@@ -127,9 +127,18 @@ class Spread:
         return self.low - margin > _high(other)
 
     def versus(self, other: Union["Spread", Number], below: str = "below", above: str = "above",
-               tie: str = "within seed noise of") -> str:
-        """The word for ``self`` against ``other``: ``below`` or ``above`` where the seed ranges separate, else ``tie``."""
-        return below if self.below(other) else above if self.above(other) else tie
+               tie: str = "within seed noise of", equal: str = "equal to") -> str:
+        """The word for ``self`` against ``other``: ``below`` or ``above`` where the seed ranges separate,
+        ``equal`` where every seed of both gave one and the same value (1.00 against 1.00 is not noise), else ``tie``.
+
+        >>> Spread((0.2, 0.3)).versus(Spread((0.5, 0.6))), Spread((1.0, 1.0)).versus(1.0)
+        ('below', 'equal to')
+        """
+        if self.below(other):
+            return below
+        if self.above(other):
+            return above
+        return equal if _low(other) == _high(other) == self.low == self.high else tie
 
     def __format__(self, spec: str) -> str:
         spec = spec or ".3f"
