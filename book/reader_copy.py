@@ -14,9 +14,13 @@ well there:
   code computes it), ``{eq}`` the website's equation number, ``{ref}`` and
   ``{doc}`` their text; labelled equations get their number as ``\\tag{n}``
   and ``(label)=`` targets and ``%`` comments are removed;
-* code cells hidden on the website are collapsed in JupyterLab and shown as
-  a titled form in Colab; ``remove-cell`` cells are dropped; outputs are
-  cleared;
+* the code of a solution (the ``hide-cell`` code cells right after a
+  folded solution) moves into the fold as a fenced code block: it is no
+  longer a cell, so running the whole notebook (Run All in JupyterLab,
+  Run all in Colab) never prints an answer, and the reader who wants to run
+  it copies it into a cell. Other code cells hidden on the website are
+  collapsed in JupyterLab and shown as a titled form in Colab;
+  ``remove-cell`` cells are dropped; outputs are cleared;
 * a short note under the title says where the numbers of the text come from.
 
 The website's build writes the copy of every chapter next to the page
@@ -48,8 +52,8 @@ from typing import Mapping, Optional
 ROOT = Path(__file__).resolve().parents[1]
 EXTENSION = Path(__file__).resolve().parent / "_ext" / "posenc_book.py"
 
-#: First line of a hidden solution cell: Colab shows the cell as this title, folded.
-SOLUTION_TITLE = "# @title Solution (open to read, run to check)"
+#: The line before a solution's code inside its fold.
+SOLUTION_CODE = "The solution's code, which computes and checks the answer (to run it, copy it into a cell):"
 #: First line of a cell whose code the website hides (``hide-input``, ``remove-input``).
 CODE_TITLE = "# @title Code (open to read)"
 #: A citation as sphinxcontrib-bibtex's ``label`` reference style writes it:
@@ -97,7 +101,7 @@ class _Context:
         self.producers = producers            # [(cell index, compiled glue-name pattern)]
         self.cell = 0                         # index of the cell being converted
         self.found: list = []                 # keys of the numbered equations, in order
-        self.glue_known = self.glue_unknown = self.folded = 0
+        self.glue_known = self.glue_unknown = self.folded = self.solution_code = 0
 
     def number_next(self, label: Optional[str]) -> Optional[str]:
         """Record the page's next numbered equation; its number, when known."""
@@ -466,6 +470,9 @@ def _note(ctx: _Context) -> str:
                      "that cell when you run it.")
     if ctx.folded:
         parts.append("Solutions to the exercises are folded: open one to read it.")
+    if ctx.solution_code:
+        parts.append("A solution's code is in its fold, not in a cell, so running the whole notebook never "
+                     "shows an answer; to run it, copy it into a cell.")
     return " ".join(parts) + "\n"
 
 
@@ -477,7 +484,7 @@ def _hide(cell: dict, tags) -> None:
         return
     meta.setdefault("jupyter", {})["source_hidden"] = True
     meta["cellView"] = "form"
-    title = SOLUTION_TITLE if "hide-cell" in tags else CODE_TITLE
+    title = CODE_TITLE
     source = _source(cell)
     if source.lstrip().startswith(("# @title", "#@title")):
         return
@@ -486,6 +493,35 @@ def _hide(cell: dict, tags) -> None:
         cell["source"] = _lines_source(f"{head}\n{title}\n{rest}")
     else:
         cell["source"] = _lines_source(f"{title}\n{source}")
+
+
+def _code_block(code: str, info: str = "python") -> list:
+    """``code`` as a fenced block, its fence longer than any run of backticks inside."""
+    ticks = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", code)), default=0))
+    return [f"{ticks}{info}", *code.rstrip("\n").split("\n"), ticks]
+
+
+def _is_solution_code(cell: dict, tags, kept: list) -> bool:
+    """Whether ``cell`` is a solution's code: a ``hide-cell`` code cell right after a folded solution.
+
+    A chapter puts the code that computes and checks an answer right after the
+    solution's dropdown admonition and tags it ``hide-cell`` (on the site it is
+    folded under the solution). ``kept`` holds the cells converted so far.
+    """
+    if cell.get("cell_type") != "code" or "hide-cell" not in tags:
+        return False
+    last = kept[-1] if kept else None
+    return bool(last and last.get("cell_type") == "markdown" and _source(last).rstrip().endswith("</details>"))
+
+
+def _fold_solution_code(markdown: dict, cell: dict, ctx: _Context) -> None:
+    """Move the code of ``cell`` into the ``<details>`` block that ends the Markdown cell ``markdown``."""
+    source = _source(cell)
+    text = _source(markdown).rstrip()
+    head = text[:-len("</details>")].rstrip("\n")
+    block = ["", SOLUTION_CODE, "", *_code_block(source), "", "</details>"]
+    markdown["source"] = _lines_source(head + "\n" + "\n".join(block))
+    ctx.solution_code += 1
 
 
 def reader_notebook(nb: dict, *, glue: Optional[Mapping[str, str]] = None,
@@ -509,9 +545,10 @@ def reader_notebook(nb: dict, *, glue: Optional[Mapping[str, str]] = None,
 
     Returns:
         A new notebook: outputs cleared, execution counts None, Markdown cells
-        in plain CommonMark (with ``<details>`` and ``$$`` math), hidden code
-        cells collapsed, ``remove-cell`` cells left out, and a note under the
-        title.
+        in plain CommonMark (with ``<details>`` and ``$$`` math), each
+        solution's code inside its fold as a code block (not a cell: it never
+        runs unless the reader copies it into one), other hidden code cells
+        collapsed, ``remove-cell`` cells left out, and a note under the title.
     """
     nb = copy.deepcopy(nb)
     cells = nb.get("cells", [])
@@ -535,6 +572,9 @@ def reader_notebook(nb: dict, *, glue: Optional[Mapping[str, str]] = None,
             cell["source"] = _lines_source("\n".join(_convert(text.split("\n"), ctx)))
             if title_at is None and re.search(r"^# \S", text, re.M):
                 title_at = len(kept)
+        elif _is_solution_code(cell, tags, kept):
+            _fold_solution_code(kept[-1], cell, ctx)
+            continue
         elif cell.get("cell_type") == "code":
             cell["outputs"], cell["execution_count"] = [], None
             _hide(cell, tags)

@@ -1,5 +1,6 @@
 """Reader copies of the chapters (book/reader_copy.py): plain CommonMark, no MyST left, solutions folded."""
 
+import ast
 import copy
 import importlib.util
 import json
@@ -118,19 +119,14 @@ def test_every_chapter_reads_without_myst(rc, labels, book_numbers, path, with_g
     cited = {k for m in re.finditer(r"\{cite(?::\w+)?\}`([^`]+)`", source) for k in m[1].split(",")}
     assert all(f"{labels[k.strip()]}]" in copied or f"{labels[k.strip()]}, " in copied for k in cited)
 
-    # code cells: cleared, the hidden solutions folded with a title, nothing else changed
+    # code cells: cleared, the solutions' code moved into their folds, nothing else changed
     notes = [c for c in result["cells"] if c.get("id") == rc.NOTE_ID]
     assert len(notes) == 1 and result["cells"][1] is notes[0] and _text(result["cells"][0]).startswith("# ")
-    code_in = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    code_in = [c for c in nb["cells"] if c["cell_type"] == "code" and "hide-cell" not in c["metadata"].get("tags", [])]
     code_out = [c for c in result["cells"] if c["cell_type"] == "code"]
-    assert len(code_in) == len(code_out)
-    for old, new in zip(code_in, code_out):
-        assert new["outputs"] == [] and new["execution_count"] is None
-        if "hide-cell" in old["metadata"].get("tags", []):
-            assert new["metadata"]["jupyter"]["source_hidden"] is True and new["metadata"]["cellView"] == "form"
-            assert _text(new) == f"{rc.SOLUTION_TITLE}\n{_text(old)}"
-        else:
-            assert _text(new) == _text(old) and "cellView" not in new["metadata"]
+    assert [_text(c) for c in code_in] == [_text(c) for c in code_out]
+    for new in code_out:
+        assert new["outputs"] == [] and new["execution_count"] is None and "cellView" not in new["metadata"]
 
 
 def test_the_chapters_use_no_other_myst_than_the_copy_converts(rc):
@@ -271,7 +267,8 @@ def test_hidden_and_removed_code_cells(rc):
              _code("y = 3", ["hide-input"]), _code("z = 4"))
     out = rc.reader_notebook(nb)
     code = [c for c in out["cells"] if c["cell_type"] == "code"]
-    assert [_text(c) for c in code] == [f"{rc.SOLUTION_TITLE}\nprint(1)", f"%%time\n{rc.SOLUTION_TITLE}\nx = 1",
+    # hide-cell code that follows no solution is hidden helper code: later cells may need it, so it stays a cell
+    assert [_text(c) for c in code] == [f"{rc.CODE_TITLE}\nprint(1)", f"%%time\n{rc.CODE_TITLE}\nx = 1",
                                         f"{rc.CODE_TITLE}\ny = 3", "z = 4"]
     for cell in code[:3]:
         assert cell["metadata"]["jupyter"] == {"source_hidden": True} and cell["metadata"]["cellView"] == "form"
@@ -279,6 +276,90 @@ def test_hidden_and_removed_code_cells(rc):
     assert all(c["outputs"] == [] and c["execution_count"] is None for c in code)
     assert [c["cell_type"] for c in out["cells"][:2]] == ["markdown", "markdown"]
     nbformat.validate(nbformat.from_dict(out))
+
+
+# --- solutions do not run with the rest of the notebook --------------------------------------------------
+
+SOLUTION_MD = ":::{admonition} Solution\n:class: dropdown\nThe answer is $42$.\n:::"
+
+
+def test_a_solutions_code_moves_into_its_fold_and_is_no_cell(rc):
+    code = 'answer = 6 * 7\nprint(f"answer = {answer}")\nassert pe.exercises.check("1.1", answer)'
+    nb = _nb(_md("# T"), _md("**Exercise 1.** What is it?"), _code("answer = ...\npe.exercises.check('1.1', answer);"),
+             _md(SOLUTION_MD), _code(code, ["hide-cell"], [{"output_type": "stream", "name": "stdout", "text": "42\n"}]),
+             _code("print('```')", ["hide-cell"]), _code("after = 1"))
+    out = rc.reader_notebook(nb)
+    nbformat.validate(nbformat.from_dict(out))
+    assert [_text(c) for c in out["cells"] if c["cell_type"] == "code"] == [
+        "answer = ...\npe.exercises.check('1.1', answer);", "after = 1"]
+    fold = _text(out["cells"][4])
+    assert fold == ("<details>\n<summary>Solution</summary>\n\nThe answer is $42$.\n\n"
+                    f"{rc.SOLUTION_CODE}\n\n```python\n{code}\n```\n\n"
+                    f"{rc.SOLUTION_CODE}\n\n````python\nprint('```')\n````\n\n</details>")
+    html = _render(fold)
+    inside = html.split("<details>")[1].split("</details>")[0]
+    assert "answer = 6 * 7" in inside and html.count('<code class="language-python">') == 2
+    assert "42\n" not in json.dumps(out)                      # the stored output is gone too
+    note = _text(out["cells"][1])
+    assert "folded" in note and "never shows an answer" in note and "copy it into a cell" in note
+
+
+def _solution_cells(cells):
+    """Indices of the code cells of a solution: hide-cell code cells after a solution admonition."""
+    found, after_solution = [], False
+    for i, cell in enumerate(cells):
+        hidden = cell["cell_type"] == "code" and "hide-cell" in cell["metadata"].get("tags", [])
+        if hidden and after_solution:
+            found.append(i)
+        after_solution = (hidden and after_solution) or (
+            cell["cell_type"] == "markdown" and bool(SOLUTION.search(_text(cell))))
+    return found
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_solution_of_any_chapter_runs_with_the_copy(rc, labels, path):
+    """Run All in JupyterLab or Colab runs code cells only: no solution's code is one, each is in its fold."""
+    nb = json.loads(path.read_text(encoding="utf8"))
+    hidden = [c for c in nb["cells"] if c["cell_type"] == "code" and "hide-cell" in c["metadata"].get("tags", [])]
+    assert len(_solution_cells(nb["cells"])) == len(hidden)  # every hide-cell cell of a chapter is a solution's
+    out = rc.reader_notebook(nb, labels=labels)
+    code = "\n".join(_text(c) for c in out["cells"] if c["cell_type"] == "code")
+    folds = re.findall(r"<details>.*?</details>", "\n".join(_markdown(out)), flags=re.S)
+    for cell in hidden:
+        source = _text(cell)
+        assert source not in code, f"{path.name}: a solution is a code cell: {source[:80]!r}"
+        assert any(f"```python\n{source.rstrip()}\n```" in fold for fold in folds), source[:80]
+    for cell in out["cells"]:
+        if cell["cell_type"] == "code":
+            assert "hide-cell" not in cell["metadata"].get("tags", []) and cell["outputs"] == []
+            assert "pe.exercises.check" not in _text(cell) or _text(cell).startswith("answer = ...")
+
+
+def _names(source):
+    """(names a cell assigns, names it reads), IPython magics left out."""
+    tree = ast.parse("\n".join(line for line in source.split("\n") if not line.lstrip().startswith(("%", "!"))))
+    stores, loads = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (stores if isinstance(node.ctx, (ast.Store, ast.Del)) else loads).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stores.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            stores.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return stores, loads
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_later_cell_needs_a_solution(path):
+    """The copy skips the solutions: no code cell after one reads a name it assigns (the value would differ)."""
+    cells = [c for c in json.loads(path.read_text(encoding="utf8"))["cells"] if c["cell_type"] == "code"]
+    assigned = set()
+    for cell in cells:
+        stores, loads = _names(_text(cell))
+        if "hide-cell" in cell["metadata"].get("tags", []):
+            assigned |= stores
+        else:
+            assert not assigned & loads, f"{path.name}: {sorted(assigned & loads)} come from a solution"
 
 
 def test_glue_values_read_myst_nb_glue_files(rc, tmp_path):
@@ -385,3 +466,5 @@ def test_the_built_site_offers_every_chapters_reader_copy():
         nb = json.loads((page.parent / links[0]).read_text(encoding="utf8"))
         text = "\n".join(_markdown(nb))
         assert not ROLE.search(text) and ":::" not in text and "(computed by the code" not in text, page.name
+        code = [_text(c) for c in nb["cells"] if c["cell_type"] == "code"]
+        assert all("pe.exercises.check" not in c or c.startswith("answer = ...") for c in code), page.name
