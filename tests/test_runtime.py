@@ -10,7 +10,21 @@ def test_running_mode_reads_environment(monkeypatch):
     monkeypatch.setenv("POSENC_SIZE", "FULL")
     assert pe.running_mode() == "full"
     monkeypatch.delenv("POSENC_SIZE")
-    assert pe.running_mode() == ("full" if torch.cuda.is_available() else "small")
+    assert pe.running_mode() == "small"
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_running_mode_is_small_by_default_on_a_gpu_too(monkeypatch, cuda):
+    """A Colab reader with a GPU gets the website's configuration unless asking for ``full``."""
+    monkeypatch.delenv("POSENC_SIZE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    if cuda:
+        assert pe.pick_device().type == "cuda"
+    assert pe.running_mode() == "small"
+    assert pe.training_preset() == pe.training_preset("small")
+    monkeypatch.setenv("POSENC_SIZE", "full")
+    assert pe.running_mode() == "full"
+    assert pe.training_preset() == pe.training_preset("full")
 
 
 def test_running_mode_rejects_unknown(monkeypatch):
