@@ -311,3 +311,93 @@ def test_bad_arguments_raise_value_or_type_errors(name, data):
 def test_non_finite_parameters_raise_value_errors(call):
     with pytest.raises(ValueError, match="finite|must be|integer|needs"):
         call()
+
+
+# --- Memory layouts: a user's own projections give q, k, v of any strides ------------------------------------------
+
+LAYOUTS = ("contiguous", "column_major", "bshd", "expanded", "strided_seq", "strided_dim", "offset")
+
+
+def _laid_out(t, layout):
+    """``t`` (or, for "expanded", its first batch and head broadcast) in the memory layout ``layout``."""
+    b, h, n, d = t.shape
+    if layout == "column_major":  # the last two dims in column-major order
+        return t.transpose(-2, -1).contiguous().transpose(-2, -1)
+    if layout == "bshd":  # (batch, seq, heads, dim) memory viewed as (batch, heads, seq, dim)
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "expanded":  # stride 0 along batch and heads
+        return t[:1, :1].expand(b, h, n, d)
+    if layout == "strided_seq":  # every other row of a larger tensor
+        big = t.new_zeros(b, h, 2 * n, d)
+        big[:, :, ::2] = t
+        return big[:, :, ::2]
+    if layout == "strided_dim":  # every other channel of a larger tensor
+        big = t.new_zeros(b, h, n, 2 * d)
+        big[..., ::2] = t
+        return big[..., ::2]
+    if layout == "offset":  # a slice that starts inside its storage
+        big = t.new_zeros(b, h, n, d + 3)
+        big[..., 1:d + 1] = t
+        return big[..., 1:d + 1]
+    return t
+
+
+def _relative_reference(q, k, v, scale=None, slopes=None, distance_bias=None, window=None):
+    """The formula of relative_attention, explicitly: -m (i - j) + b(i - j) on 0 <= i - j < window, in float64."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    dist = torch.arange(q_len)[:, None] + (k_len - q_len) - torch.arange(k_len)  # i - j, queries at the last keys
+    allowed = (dist >= 0) & (dist < (window if window is not None else k_len + 1))
+    bias = torch.zeros(q.shape[1], q_len, k_len, dtype=torch.float64)
+    if slopes is not None:
+        bias = bias - slopes.double()[:, None, None] * dist.clamp(min=0)
+    if distance_bias is not None:
+        bias = bias + distance_bias.double()[:, dist.clamp(min=0)]
+    return _explicit(q, k, v, bias=bias, mask=allowed, scale=scale)
+
+
+@given(relative_case(), st.sampled_from(LAYOUTS), st.sampled_from(LAYOUTS), st.sampled_from(LAYOUTS))
+@settings(max_examples=40, deadline=None)
+def test_every_path_takes_any_memory_layout(case, lq, lk, lv):
+    """q, k, v column-major, transposed, expanded, sliced: every path equals the formula (none assumes strides)."""
+    kw = dict(case["kw"])
+    if case["q_len"] == case["k_len"] and case["h"] > 1 and case["seed"] % 2:
+        kw = dict(slopes=kw.get("slopes", torch.linspace(0.1, 1, case["h"], dtype=torch.float64)))  # ALiBi only
+    q, k, v = _qkv(case["seed"], case["b"], case["h"], case["q_len"], case["k_len"], case["d"])
+    q, k, v = _laid_out(q, lq), _laid_out(k, lk), _laid_out(v, lv)
+    ref = _relative_reference(q, k, v, scale=case["scale"], **kw)
+    alibi_only = set(kw) == {"slopes"} and case["q_len"] == case["k_len"]
+    from posenc._fused_alibi import key_bias_available
+    paths = ["naive", "chunked", "bias", "auto"] + (["flex"] if case["k_len"] <= 64 else []) \
+        + (["fold"] + (["key_bias"] if key_bias_available() else []) if alibi_only else [])
+    for path in paths:
+        out = _run(path, q, k, v, scale=case["scale"], **kw)
+        assert out.shape == ref.shape and torch.allclose(out, ref, atol=1e-10), \
+            (path, lq, lk, lv, (out - ref).abs().max().item())
+
+
+@given(st.sampled_from(LAYOUTS), st.sampled_from(LAYOUTS), st.sampled_from(LAYOUTS), st.sampled_from([1, 2, 5]),
+       st.integers(1, 3), st.booleans(), st.integers(0, 1000))
+@settings(max_examples=30, deadline=None)
+def test_key_bias_takes_any_memory_layout(lq, lk, lv, d, heads, learned_shape, seed):
+    """ALiBi's bias per key on the CPU flash kernel, whose rows must be dense: any layout of q, k, v gives the formula."""
+    from posenc._fused_alibi import key_bias_available
+    if not key_bias_available():
+        return
+    q, k, v = (_laid_out(t, lay) for t, lay in zip(_qkv(seed, 1, heads, 5 + 3 * learned_shape, 5 + 3 * learned_shape, d),
+                                                   (lq, lk, lv)))
+    slopes = torch.linspace(0.25, 1.0, heads, dtype=torch.float64)
+    ref = _relative_reference(q, k, v, slopes=slopes)
+    for path in ("key_bias", "fold"):
+        out = _run(path, q, k, v, slopes=slopes)
+        assert torch.allclose(out, ref, atol=1e-10), (path, lq, lk, lv, (out - ref).abs().max().item())
+
+
+@given(st.sampled_from(LAYOUTS), st.sampled_from(LAYOUTS), st.sampled_from(LAYOUTS), st.booleans(), st.integers(0, 99))
+@settings(max_examples=25, deadline=None)
+def test_attention_takes_any_memory_layout(lq, lk, lv, with_bias, seed):
+    q, k, v = (_laid_out(t, lay) for t, lay in zip(_qkv(seed, 2, 3, 6, 6, 4), (lq, lk, lv)))
+    bias = torch.randn(3, 6, 6, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) if with_bias \
+        else None
+    ref = _explicit(q, k, v, bias=bias, mask=pe.causal_mask(6, 6))
+    assert torch.allclose(pe.attention(q, k, v, bias=bias), ref, atol=1e-10)
+    assert torch.allclose(pe.attention(q, k, v, bias=bias, return_weights=True)[0], ref, atol=1e-10)

@@ -65,10 +65,14 @@ def _path_fold(q, k, v, scale, slopes):
 def _path_key_bias(q, k, v, scale, slopes):
     """ALiBi as a mask per key, ``(1, heads, 1, n)``, added by the CPU flash kernel to its causal scores.
 
-    The kernel needs ``v`` as wide as ``q`` and ``k``; another width goes through the fold.
+    The kernel needs ``v`` as wide as ``q`` and ``k``; another width goes through the fold. It reads
+    the channels of a row as adjacent numbers (it ignores ``stride(-1)``): a tensor whose last dimension
+    is not dense (column-major last two dims, every other channel) is copied first; other layouts
+    (heads and seq transposed, expanded, sliced along seq) pass as they are.
     """
     if v.shape[-1] != q.shape[-1]:
         return _path_fold(q, k, v, scale, slopes)
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     mask = _key_term(slopes, k.shape[2], q.dtype)[None, :, None, :]
     return _CPU_FLASH(q, k, v, 0.0, True, attn_mask=mask, scale=scale)[0]
 
