@@ -66,3 +66,19 @@ def test_sizes_given_as_numpy_or_tensor_integers_are_stored_as_python_ints():
     assert type(scaling.window) is int and type(scaling.group) is int
     scaling = pe.RopeScaling("yarn", np.int64(4), original_max_position=np.int64(32))
     assert type(scaling.original_max_position) is int and type(scaling.factor) is float
+
+
+def test_tensor_checks_live_in_the_shared_module_and_no_topic_module_borrows_them():
+    """rerope, rotary and xpos take the tensor checks from posenc._validate, not from posenc.sinusoidal."""
+    import importlib
+    import inspect
+
+    import posenc._validate as shared
+    for helper in ("_tensor", "_float_tensor", "_real_tensor", "_align_positions"):
+        assert getattr(shared, helper).__module__ == "posenc._validate"
+    for name in ("sinusoidal", "rotary", "xpos", "rerope"):
+        module = importlib.import_module(f"posenc.{name}")
+        source = inspect.getsource(module)
+        assert "def _float_tensor" not in source and "from .sinusoidal import _" not in source, name
+        if hasattr(module, "_float_tensor"):
+            assert module._float_tensor is shared._float_tensor, name

@@ -8,7 +8,7 @@ import numbers
 import operator
 import sys
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -106,3 +106,66 @@ def make_module_callable(module_name: str, function: Callable[..., Any]) -> None
 
     module.__class__ = _CallableModule
     module.__signature__ = inspect.signature(function)  # help() and editors show the function's arguments
+
+
+# ---------------------------------------------------------------------------
+# Tensor arguments (posenc.sinusoidal, posenc.rotary, posenc.xpos, posenc.rerope): a clear ValueError
+# (TypeError for a wrong kind of object) saying what was expected.
+# ---------------------------------------------------------------------------
+
+
+def _tensor(x: Any, name: str) -> torch.Tensor:
+    """A tensor as it is, a NumPy array as a tensor; ``TypeError`` for any other object."""
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(np.ascontiguousarray(x))
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (or a NumPy array), got {type(x).__name__}")
+    return x
+
+
+def _float_tensor(x: Any, name: str) -> torch.Tensor:
+    """Queries, keys, embeddings: a floating-point tensor (a rotation of integers or booleans is meaningless)."""
+    x = _tensor(x, name)
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype} "
+                         f"(convert it, e.g. {name}.float())")
+    return x
+
+
+def _real_tensor(values: Any, name: str) -> torch.Tensor:
+    """Positions, distances, frequencies: a tensor (NumPy arrays, sequences and numbers converted) of finite
+    integers or floats; ``ValueError`` for booleans, complex numbers, NaN or infinities."""
+    if not isinstance(values, torch.Tensor):
+        try:
+            values = torch.as_tensor(np.ascontiguousarray(values) if isinstance(values, np.ndarray) else values)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name} must be a tensor, a NumPy array or a sequence of numbers, "
+                            f"got {type(values).__name__}") from None
+    if values.dtype == torch.bool or values.is_complex():
+        raise ValueError(f"{name} must be integers or floating-point numbers, got dtype {values.dtype}")
+    if values.is_floating_point() and values.device.type != "meta" and not bool(torch.isfinite(values).all()):
+        raise ValueError(f"{name} must be finite, got NaN or infinite entries")
+    return values
+
+
+def _align_positions(pos: torch.Tensor, batch: Sequence[int], length: int, what: str = "sequence length",
+                     name: str = "x") -> torch.Tensor:
+    """``pos`` (from :func:`_real_tensor`) shaped to broadcast over ``x`` of shape ``(*batch, length, dim)``.
+
+    The rule of the library: ``(length,)`` is shared by every row; a 2-D
+    ``(batch, length)`` of a 4-D ``x (batch, heads, seq, dim)`` is viewed as
+    ``(batch, 1, length)`` (the same positions for every head); any other shape
+    must have at most ``x.ndim - 1`` dimensions, each 1 or equal to ``x``'s
+    (right-aligned): positions never broadcast ``x`` to a larger output.
+    """
+    if pos.ndim == 0 or pos.shape[-1] != length:
+        got = "a single number" if pos.ndim == 0 else f"shape {tuple(pos.shape)}"
+        raise ValueError(f"positions must be ({length},) or (..., {length}), ending in the {what} {length}; got {got}")
+    aligned = pos[:, None] if pos.ndim == 2 and len(batch) == 2 else pos
+    fits = aligned.ndim <= len(batch) + 1
+    if not fits or any(p not in (1, s) for p, s in zip(aligned.shape[:-1], batch[len(batch) + 1 - aligned.ndim:])):
+        raise ValueError(f"positions of shape {tuple(pos.shape)} do not fit {name} of shape "
+                         f"{(*batch, length)} + (dim,): expected ({length},), (batch, {length}) for a 4-D {name} "
+                         f"(batch, heads, seq, dim), or at most {len(batch) + 1} dims, each 1 or the size of "
+                         f"{name}'s (positions never enlarge {name})")
+    return aligned

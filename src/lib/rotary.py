@@ -46,8 +46,8 @@ from torch import nn
 
 from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
+from ._validate import _align_positions, _float_tensor, _real_tensor, _tensor
 from ._validate import check_bool, check_even_dim, check_int, check_number
-from .sinusoidal import _align_positions, _float_tensor, _real_tensor, _tensor
 
 __all__ = [
     "rope_frequencies",

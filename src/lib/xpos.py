@@ -42,11 +42,11 @@ import torch
 import torch.nn as nn
 
 from ._validate import check_device as _device
+from ._validate import _align_positions, _float_tensor, _real_tensor
 from ._validate import check_bool, check_even_dim, check_int, check_number
 from .masks import check_lengths, relative_positions
 from .rotary import _check_base, _cos_sin_tables, _rotate, rope_frequencies
 from .scheme import PositionScheme, register_scheme
-from .sinusoidal import _align_positions, _float_tensor, _real_tensor
 
 __all__ = [
     "xpos_zeta",
