@@ -1,4 +1,6 @@
 import math
+
+import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
@@ -198,12 +200,66 @@ def test_live_figures_put_the_legend_under_the_plot():
     legend = out.layout.legend
     assert (legend.orientation, legend.yref, legend.y, legend.yanchor) == ("h", "container", 0, "bottom")
     rows = pe.viz._legend_rows([t.name for t in fig.data], 360 - 16)
-    assert rows >= 3 and out.layout.height == 400 + rows * 20 + 8 and out.layout.margin.b >= 50 + rows * 20 + 8
+    top = out.layout.margin.t - 50                                                   # room for the title, below
+    assert rows >= 3 and out.layout.height == 400 + top + rows * 20 + 8 and out.layout.margin.b >= 50 + rows * 20 + 8
     assert out.layout.margin.r <= 20
-    assert pe.viz.live_layout(out) is out and out.layout.height == 400 + rows * 20 + 8   # once only
+    assert pe.viz.live_layout(out) is out and out.layout.height == 400 + top + rows * 20 + 8   # once only
     single = go.Figure(go.Scatter(y=[1, 2, 3], name="only"))
     assert pe.viz.live_layout(single).layout.legend.orientation is None   # plotly shows no legend: nothing to move
     bundle = pio.renderers["posenc"].to_mimebundle(fig.to_dict())
     json_layout = bundle.get("application/vnd.plotly.v1+json", {}).get("layout", {})
     if json_layout:                                                                   # a notebook front end's copy
         assert json_layout["legend"]["orientation"] == "h"
+
+
+def test_bfloat16_and_half_tensors_are_drawn_as_float32():
+    """torch's .numpy() has no bfloat16: the figures convert (a TypeError inside torch before)."""
+    z = torch.randn(4, 5).to(torch.bfloat16)
+    heat = pe.viz.heatmap(z)
+    assert heat.data[0].z.dtype == np.float32 and np.allclose(heat.data[0].z, z.float().numpy())
+    x = torch.arange(6).to(torch.bfloat16)
+    fig = pe.viz.curves(x, {"bf16": x * 2, "half": (x / 3).half(), "float": x.float()},
+                        ranges={"bf16": (x * 2 - 1, x * 2 + 1)})
+    assert [trace.y.dtype for trace in fig.data] == [np.float32] * 3
+    assert list(fig.data[0].y) == [0, 2, 4, 6, 8, 10] and fig.data[0].x.dtype == np.float32
+    listed = pe.viz.curves([1, 2], {"a": [torch.tensor(0.5, dtype=torch.bfloat16), torch.tensor(1.5)]})
+    assert list(listed.data[0].y) == [0.5, 1.5]                                     # a list of 0-d tensors
+    pio.renderers["posenc"].to_mimebundle(fig.to_dict())                              # and it renders
+
+
+def test_live_titles_wrap_to_a_phone_and_keep_clear_of_the_mode_bar():
+    """A notebook draws plotly's layout as it is: the title wraps to 360 px and starts below the mode bar's band."""
+    long = "Attention weights of one query when all keys look alike, for every head"
+    fig = pe.viz.curves(torch.arange(3), {"a": torch.ones(3)}, title=long, height=400)
+    out = pe.viz.live_layout(go.Figure(fig), width=360)
+    title = out.layout.title
+    lines = title.text.split("<br>")
+    assert " ".join(lines) == long and len(lines) == 2 and all(len(line) <= 42 for line in lines)
+    assert (title.yref, title.yanchor) == ("container", "top")
+    assert title.y * out.layout.height == pytest.approx(out.layout.height - pe.viz.MODEBAR_BAND)  # top of the title
+    assert out.layout.margin.t >= pe.viz.MODEBAR_BAND + 2 * 19                        # two lines fit above the plot
+    assert out.layout.height - out.layout.margin.t - out.layout.margin.b == 400 - 50 - 50  # the plot keeps its height
+    again = pe.viz.live_layout(out, width=360)
+    assert again.layout.title.text == title.text and again.layout.height == out.layout.height  # once only
+    math_title = pe.viz.live_layout(pe.viz.curves([1, 2], {"a": [1, 2]}, title="$" + "x" * 80 + "$"))
+    assert "<br>" not in math_title.layout.title.text                                # LaTeX is left whole
+    bare = pe.viz.live_layout(pe.viz.curves([1, 2], {"a": [1, 2]}))
+    assert bare.layout.margin.t is None and bare.layout.title.yref is None          # no title: nothing to move
+
+
+def test_live_slider_steps_wrap_their_titles_too():
+    fig = pe.viz.slider_figure(lambda v: _fig(v).update_layout(title=f"a rather long title for the value {v} " * 2),
+                               [1, 2], name="v")
+    out = pe.viz.live_layout(fig, width=360)
+    for step in out.layout.sliders[0].steps:
+        assert "<br>" in step.args[1]["title.text"]
+    assert out.layout.title.text == out.layout.sliders[0].steps[0].args[1]["title.text"]
+
+
+def test_the_notebook_copy_of_a_figure_carries_the_config(monkeypatch):
+    monkeypatch.delenv(pe.viz.STATIC_ENV, raising=False)
+    fig = pe.viz.curves([1, 2], {"a": [1, 2]}, title="t")
+    spec = pio.renderers["posenc"].to_mimebundle(fig.to_dict())["application/vnd.plotly.v1+json"]
+    assert spec["config"]["displaylogo"] is False and "lasso2d" in spec["config"]["modeBarButtonsToRemove"]
+    assert spec["layout"]["title"]["yref"] == "container"                             # laid out for a notebook
+    assert "yref" not in (fig.layout.title.to_plotly_json())                          # the figure itself unchanged

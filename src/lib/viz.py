@@ -16,8 +16,8 @@ which loads plotly.js once per page from a local copy, deferred: the figure is
 drawn when plotly.js arrives). The HTML also fits every figure to its
 container: on a narrow screen (a phone) the legend goes below the plot, titles
 wrap, sliders take the full width and the mode bar is hidden. Notebook front
-ends draw the JSON as it is, so there the legend goes under the plot
-(:func:`live_layout`); on Colab the figure goes through plotly's ``colab``
+ends draw the JSON as it is, so there the legend goes under the plot and the
+title wraps below a band kept for the mode bar (:func:`live_layout`); on Colab the figure goes through plotly's ``colab``
 renderer, laid out the same way.
 """
 
@@ -27,6 +27,7 @@ import base64
 import json
 import math
 import os
+import re
 import sys
 import uuid
 from importlib import resources
@@ -93,9 +94,19 @@ _TEMPLATE = "plotly_white+posenc"
 ArrayLike = Union[np.ndarray, Sequence[float], Any]
 
 
+def _tensor_to_numpy(t: Any) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.is_floating_point() and t.element_size() < 4:  # bfloat16, float8 (no numpy dtype) and float16
+        t = t.float()
+    return t.numpy()
+
+
 def _to_numpy(a: ArrayLike) -> np.ndarray:
+    """``a`` as a numpy array: tensors (any device; bfloat16 and other half floats as float32), lists of them."""
     if hasattr(a, "detach"):  # torch tensor
-        a = a.detach().cpu().numpy()
+        return np.asarray(_tensor_to_numpy(a))
+    if isinstance(a, (list, tuple)) and any(hasattr(v, "detach") for v in a):  # e.g. a list of 0-d tensors
+        return np.asarray([_tensor_to_numpy(v) if hasattr(v, "detach") else v for v in a])
     return np.asarray(a)
 
 
@@ -552,14 +563,77 @@ def _legend_rows(names: List[str], room: float) -> int:
     return rows if names else 0
 
 
+#: Pixels at the top of a live figure kept free for plotly's mode bar (its buttons are 26 px high, 2 px down).
+MODEBAR_BAND = 32
+_TITLE_PX = 15
+
+
+def _wrap_title(text: Any, room: float, px: int = _TITLE_PX) -> Any:
+    """``text`` broken with ``<br>`` into lines about ``room`` px wide (``px``-px font); math is left alone."""
+    if not isinstance(text, str) or not text or "$" in text:
+        return text
+    per_line = max(12, int(room / (0.56 * px)))  # an average character of a sans-serif font is ~0.5 em wide
+    lines = []
+    for part in text.split("<br>"):
+        line = ""
+        for word in part.split(" "):
+            visible = len(re.sub(r"<[^>]*>", "", f"{line} {word}" if line else word))
+            if line and visible > per_line:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return "<br>".join(lines)
+
+
+def _live_title(fig: go.Figure, width: int) -> int:
+    """Wrap the title (and every slider step's) to ``width`` px, below the mode bar's band; the px added on top."""
+    layout = fig.layout
+    title = layout.title
+    if title.yref == "container" and title.yanchor == "top":  # done already
+        return 0
+    steps = [step for slider in layout.sliders for step in slider.steps]
+    texts = [title.text] + [step.args[1].get("title.text") for step in steps
+                            if len(step.args) > 1 and isinstance(step.args[1], dict)]
+    if not any(isinstance(t, str) and t for t in texts):
+        return 0
+    room = width - 24
+    lines = max(_wrap_title(t, room).count("<br>") + 1 for t in texts if isinstance(t, str) and t)
+    for step in steps:
+        if len(step.args) > 1 and isinstance(step.args[1], dict) and step.args[1].get("title.text"):
+            step.args = [step.args[0], {**step.args[1], "title.text": _wrap_title(step.args[1]["title.text"], room)},
+                         *step.args[2:]]
+    top = 50 if layout.margin.t is None else layout.margin.t
+    needed = MODEBAR_BAND + lines * round(_TITLE_PX * 1.3) + 10
+    added = max(0, needed - top)
+    fig.update_layout(title=dict(text=_wrap_title(title.text, room), yref="container", yanchor="top"),
+                      margin=dict(t=top + added), height=(layout.height or 450) + added)
+    return added
+
+
 def live_layout(fig: go.Figure, width: int = 360) -> go.Figure:
     """``fig`` laid out for a notebook whose width is unknown (JupyterLab, Colab, a phone): changed in place.
 
     The website fits each figure to its width in the browser; a notebook front
     end draws plotly's layout as it is, where a legend on the right leaves a
-    phone 100-150 px of plot. Here the legend goes under the plot, in as many
-    rows as a ``width``-px screen needs, and the side margins shrink.
+    phone 100-150 px of plot, and the mode bar (plotly's toolbar, top right)
+    covers a long title. Here the title wraps to a ``width``-px screen and sits
+    under a band kept for the mode bar (:data:`MODEBAR_BAND` px), the legend
+    goes under the plot, in as many rows as the screen needs, and the side
+    margins shrink.
     """
+    _live_title(fig, width)
+    if fig.layout.title.yref == "container" and fig.layout.title.yanchor == "top":
+        fig.layout.title.y = 1 - MODEBAR_BAND / (fig.layout.height or 450)
+    _live_legend(fig, width)
+    if fig.layout.title.yref == "container" and fig.layout.title.yanchor == "top":  # the legend made it taller
+        fig.layout.title.y = 1 - MODEBAR_BAND / (fig.layout.height or 450)
+    return fig
+
+
+def _live_legend(fig: go.Figure, width: int) -> go.Figure:
+    """The legend of ``fig`` under the plot, in as many rows as ``width`` px need (see :func:`live_layout`)."""
     layout = fig.layout
     names = [t.name for t in fig.data if t.name and t.showlegend is not False and t.visible is not False]
     shown = layout.showlegend is not False and names and (len(fig.data) > 1 or layout.showlegend
@@ -589,7 +663,10 @@ class _BookRenderer(MimetypeRenderer):
         fig = readable_log_axes(go.Figure(fig_dict))
         if "google.colab" in sys.modules:  # Colab draws its own renderer's HTML (plotly.js from its CDN)
             return pio.renderers["colab"].to_mimebundle(live_layout(fig).to_dict())
-        bundle = {} if is_static() else pio.renderers["plotly_mimetype"].to_mimebundle(live_layout(go.Figure(fig)).to_dict())
+        bundle = {}
+        if not is_static():
+            bundle = pio.renderers["plotly_mimetype"].to_mimebundle(live_layout(go.Figure(fig)).to_dict())
+            bundle["application/vnd.plotly.v1+json"]["config"] = dict(_CONFIG)  # JupyterLab's plotly reads it
         bundle["text/html"] = _figure_html(fig)
         return bundle
 
