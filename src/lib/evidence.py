@@ -22,8 +22,10 @@ only where the ranges separate, and quotes numbers from the run itself:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -289,32 +291,56 @@ def _in_workers(call: Callable[[Any], Any], items: List[Any], workers: int, bar:
     with tempfile.TemporaryDirectory(prefix="posenc-workers-") as folder:
         running: Dict[int, int] = {}  # pid -> index
         todo = list(enumerate(items))
-        while todo or running:
-            while todo and len(running) < workers:
-                i, item = todo.pop(0)
-                pid = os.fork()
-                if pid == 0:
-                    _child(call, item, os.path.join(folder, f"{i}.pt"))
-                running[pid] = i
-            finished = [pid for pid in running if os.waitpid(pid, os.WNOHANG)[0] == pid]  # only our children
-            if not finished:
-                time.sleep(0.02)
-            for pid in finished:
-                i = running.pop(pid)
-                path = os.path.join(folder, f"{i}.pt")
-                if os.path.exists(path):
-                    value, caught = torch.load(path, weights_only=False)  # written by our own child
-                    for message in caught:
-                        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
-                    results[i] = value
-                if bar is not None:
-                    bar.update(1)
+        parent = os.getpid()
+        try:
+            while todo or running:
+                while todo and len(running) < workers:
+                    i, item = todo.pop(0)
+                    pid = os.fork()
+                    if pid == 0:
+                        _child(call, item, os.path.join(folder, f"{i}.pt"), parent)
+                    running[pid] = i
+                finished = [pid for pid in running if os.waitpid(pid, os.WNOHANG)[0] == pid]  # only our children
+                if not finished:
+                    time.sleep(0.02)
+                for pid in finished:
+                    i = running.pop(pid)
+                    path = os.path.join(folder, f"{i}.pt")
+                    if os.path.exists(path):
+                        value, caught = torch.load(path, weights_only=False)  # written by our own child
+                        for message in caught:
+                            warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
+                        results[i] = value
+                    if bar is not None:
+                        bar.update(1)
+        finally:  # an interrupt (Jupyter's stops this process only) or an error here: no worker trains on
+            _stop_workers(running)
     return results
 
 
-def _child(call: Callable[[Any], Any], item: Any, path: str) -> None:  # pragma: no cover (a child)
+def _stop_workers(pids: Any) -> None:
+    """Kill the forked workers ``pids`` and reap them.
+
+    A worker killed mid-run leaves no cache entry (entries are written whole,
+    by a rename) and its run lock is dropped by the operating system as the
+    process ends, so the next call trains that run at once instead of
+    waiting for an orphan. SIGKILL, not SIGTERM: the run is lost either way,
+    and a forked copy of a kernel may have inherited a handler that ignores
+    SIGTERM.
+    """
+    pids = list(pids)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)  # returns at once: a killed process ends without running any code
+
+
+def _child(call: Callable[[Any], Any], item: Any, path: str, parent: int) -> None:  # pragma: no cover (a child)
     code = 1
     try:
+        _die_with(parent)
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.dup2(null, 2)
@@ -327,6 +353,17 @@ def _child(call: Callable[[Any], Any], item: Any, path: str) -> None:  # pragma:
         code = 0
     finally:
         os._exit(code)
+
+
+def _die_with(parent: int) -> None:  # pragma: no cover (a child)
+    """Ask Linux to kill this worker when its parent ends, however it ends (``kill -9`` included)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # no prctl: the parent's own clean-up (an interrupt, an error) still stops the workers
+        pass
+    if os.getppid() != parent:  # the parent ended before the request was made
+        os._exit(1)
 
 
 def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], Any]]], data: Any,
