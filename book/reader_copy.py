@@ -61,6 +61,8 @@ CODE_TITLE = "# @title Code (open to read)"
 CITE_OPEN, CITE_CLOSE, CITE_SEP = "[", "]", ", "
 #: Cell id of the note added under the title.
 NOTE_ID = "reader-copy-note"
+#: Cell id of the reference list added at the end.
+REFERENCES_ID = "reader-copy-references"
 
 _ADMONITIONS = {"note": "Note", "tip": "Tip", "hint": "Hint", "important": "Important", "warning": "Warning",
                 "caution": "Caution", "attention": "Attention", "danger": "Danger", "error": "Error",
@@ -92,8 +94,10 @@ _EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.S)
 class _Context:
     """What the conversion of one notebook needs, and what it finds on the way."""
 
-    def __init__(self, glue, labels, equations, refs, producers):
+    def __init__(self, glue, labels, equations, refs, producers, references=None):
         self.glue = dict(glue or {})
+        self.references = dict(references or {})  # the reference list's entries by key: cited keys link to them
+        self.cited: dict = {}                     # keys cited, in the order met
         self.labels = dict(labels or {})
         self.order = {key: i for i, key in enumerate(self.labels)}
         self.equations = equations            # None while only counting
@@ -175,8 +179,19 @@ def _computed_where(key: str, ctx: _Context) -> str:
     return "computed by the code above" if any(i < ctx.cell for i in cells) else "computed by the code below"
 
 
-def _cite_role(name: str, body: str, ctx: _Context) -> str:
+def reference_anchor(key: str) -> str:
+    """The id of a work's entry in a copy's reference list (``ref-press2022alibi``)."""
+    return "ref-" + re.sub(r"[^A-Za-z0-9_-]", "-", key)
+
+
+def _cite_role(name: str, body: str, ctx: _Context, escape: bool = False) -> str:
+    """The citation as the website writes it; a label links to the copy's reference list where it has one.
+
+    ``escape`` writes the outer brackets as ``\\[`` ``\\]``, where a ``(`` or ``[``
+    follows and would make them a link.
+    """
     role = name.split(":", 1)[1] if ":" in name else "p"
+    cite_open, cite_close = ("\\[", "\\]") if escape else (CITE_OPEN, CITE_CLOSE)
     targets = []
     for part in body.split(","):
         match = _CITE_TARGET.match(part.strip())
@@ -184,8 +199,13 @@ def _cite_role(name: str, body: str, ctx: _Context) -> str:
             targets.append((match["pre"] or "", match["key"].strip(), match["post"] or ""))
     targets.sort(key=lambda t: ctx.order.get(t[1], len(ctx.order)))  # the bibliography's order, as the site
 
+    for _, key, _ in targets:
+        ctx.cited.setdefault(key, None)
+
     def label(pre, key, post):
         text = ctx.labels.get(key, key)
+        if key in ctx.references:
+            text = f"[{text}](#{reference_anchor(key)})"
         return " ".join(p for p in (pre, text) if p) + (f", {post}" if post else "")
 
     if role.lstrip("c").startswith("t"):  # textual: "Press et al. [Press et al., 2022]"
@@ -193,14 +213,14 @@ def _cite_role(name: str, body: str, ctx: _Context) -> str:
         for pre, key, post in targets:
             author = ctx.labels.get(key, key).rsplit(", ", 1)[0].replace(" et al.", " *et al.*")
             author = author[:1].upper() + author[1:] if role.startswith("c") else author
-            parts.append(f"{author} {CITE_OPEN}{label(pre, key, post)}{CITE_CLOSE}")
+            parts.append(f"{author} {cite_open}{label(pre, key, post)}{cite_close}")
         return CITE_SEP.join(parts)
     if role.startswith(("author", "cauthor")):
         return CITE_SEP.join(ctx.labels.get(k, k).rsplit(", ", 1)[0] for _, k, _ in targets)
     if role.startswith("year"):
         return CITE_SEP.join(ctx.labels.get(k, k).rsplit(", ", 1)[-1] for _, k, _ in targets)
     inner = CITE_SEP.join(label(*t) for t in targets)
-    return inner if role.startswith(("al", "label")) and not role.endswith("par") else f"{CITE_OPEN}{inner}{CITE_CLOSE}"
+    return inner if role.startswith(("al", "label")) and not role.endswith("par") else f"{cite_open}{inner}{cite_close}"
 
 
 def _ref_role(name: str, body: str, ctx: _Context) -> str:
@@ -219,8 +239,7 @@ def _role(name: str, body: str, ctx: _Context, before: Optional[str] = " ", afte
     if name.startswith("glue"):
         return _glue_role(name, body, ctx, before, after)
     if name.startswith(("cite", "footcite")):
-        text = _cite_role(name, body, ctx)
-        return text.replace("[", "\\[").replace("]", "\\]") if after[:1] in ("(", "[") else text  # not a link
+        return _cite_role(name, body, ctx, escape=after[:1] in ("(", "["))  # brackets, not a link
     if name in ("eq", "math:numref"):
         label = body.strip()
         number = (ctx.equations or {}).get(label)
@@ -470,6 +489,8 @@ def _note(ctx: _Context) -> str:
                      "that cell when you run it.")
     if ctx.folded:
         parts.append("Solutions to the exercises are folded: open one to read it.")
+    if any(key in ctx.references for key in ctx.cited):
+        parts.append("Citations link to the references at the end.")
     if ctx.solution_code:
         parts.append("A solution's code is in its fold, not in a cell, so running the whole notebook never "
                      "shows an answer; to run it, copy it into a cell.")
@@ -527,7 +548,8 @@ def _fold_solution_code(markdown: dict, cell: dict, ctx: _Context) -> None:
 def reader_notebook(nb: dict, *, glue: Optional[Mapping[str, str]] = None,
                     labels: Optional[Mapping[str, str]] = None,
                     equations: Optional[Mapping[str, str]] = None,
-                    refs: Optional[Mapping[str, str]] = None) -> dict:
+                    refs: Optional[Mapping[str, str]] = None,
+                    references: Optional[Mapping[str, str]] = None) -> dict:
     """A copy of the notebook ``nb`` (nbformat 4, as a dict) that reads well without MyST.
 
     Args:
@@ -542,19 +564,24 @@ def reader_notebook(nb: dict, *, glue: Optional[Mapping[str, str]] = None,
             environments (see :func:`page_equations`). By default the page's
             equations are numbered 1, 2, ... in order.
         refs: the text of ``{ref}`` targets and ``{doc}`` pages, by name.
+        references: the full entry (Markdown) of each work by bibliography key
+            (:func:`bib_references`): the copy ends with a "References" cell
+            listing the works the chapter cites, and each citation label links
+            to its entry there.
 
     Returns:
         A new notebook: outputs cleared, execution counts None, Markdown cells
         in plain CommonMark (with ``<details>`` and ``$$`` math), each
         solution's code inside its fold as a code block (not a cell: it never
         runs unless the reader copies it into one), other hidden code cells
-        collapsed, ``remove-cell`` cells left out, and a note under the title.
+        collapsed, ``remove-cell`` cells left out, a note under the title and,
+        with ``references``, the chapter's reference list at the end.
     """
     nb = copy.deepcopy(nb)
     cells = nb.get("cells", [])
     if equations is None:
         equations = {key: str(n) for n, key in enumerate(page_equations(nb), 1)}
-    ctx = _Context(glue, labels, dict(equations), refs, _glue_producers(cells))
+    ctx = _Context(glue, labels, dict(equations), refs, _glue_producers(cells), references)
     for cell in cells:  # (target)= lines before a heading: {ref} shows the heading
         if cell.get("cell_type") == "markdown":
             lines = _source(cell).split("\n")
@@ -585,8 +612,24 @@ def reader_notebook(nb: dict, *, glue: Optional[Mapping[str, str]] = None,
         note["id"] = next(f"{NOTE_ID}-{n}" if n else NOTE_ID for n in range(len(ids) + 1)
                           if (f"{NOTE_ID}-{n}" if n else NOTE_ID) not in ids)
     kept.insert(0 if title_at is None else title_at + 1, note)
+    listed = sorted((key for key in ctx.cited if key in ctx.references), key=lambda k: ctx.order.get(k, len(ctx.order)))
+    if listed:
+        kept.append({"cell_type": "markdown", "metadata": {}, "source": _lines_source(_reference_list(listed, ctx))})
+        if "id" in note:
+            ids = {c.get("id") for c in kept}
+            kept[-1]["id"] = next(f"{REFERENCES_ID}-{n}" if n else REFERENCES_ID for n in range(len(ids) + 1)
+                                  if (f"{REFERENCES_ID}-{n}" if n else REFERENCES_ID) not in ids)
     nb["cells"] = kept
     return nb
+
+
+def _reference_list(keys, ctx: _Context) -> str:
+    """The "References" cell: each work's label and full entry, under an anchor its citations link to."""
+    lines = ["## References", ""]
+    for key in keys:
+        label = _escape(ctx.labels.get(key, key))
+        lines.append(f'- <a id="{reference_anchor(key)}"></a>\\[{label}\\] {ctx.references[key]}')
+    return "\n".join(lines) + "\n"
 
 
 # --- Inputs: glue, bibliography, equation numbers ----------------------------------------------------
@@ -642,6 +685,22 @@ def bib_labels(bib_path) -> dict:
     style = _extension().PosencStyle()
     entries = list(style.sort(parse_file(str(bib_path)).entries.values()))
     return dict(zip((entry.key for entry in entries), style.format_labels(entries)))
+
+
+def bib_references(bib_path) -> dict:
+    """The full entry of every work of the bibliography, in Markdown, by key (as the website's list writes it).
+
+    Authors, the title (linked to the paper: its ``url``, else its arXiv id,
+    else its DOI), where it appeared, the year, and the arXiv id or DOI as
+    links, formatted by the ``posenc`` pybtex style of
+    ``book/_ext/posenc_book.py``, on one line.
+    """
+    from pybtex.database import parse_file
+
+    style = _extension().PosencStyle()
+    entries = list(style.sort(parse_file(str(bib_path)).entries.values()))
+    return {entry.key: " ".join(entry.text.render_as("markdown").split())
+            for entry in style.format_entries(entries)}
 
 
 def _toc_pages(toc_path) -> list:
@@ -739,14 +798,19 @@ def site_copy(app, pagename: str) -> Optional[str]:
     if "cite" in env.domains:  # the labels of the website's bibliography, in its order
         for citation in env.get_domain("cite").citations:
             labels.setdefault(citation.key, citation.formatted_entry.label)
+    bibs = [Path(app.srcdir) / bib for bib in getattr(app.config, "bibtex_bibfiles", None) or []]
     if not labels:
-        for bib in getattr(app.config, "bibtex_bibfiles", None) or []:
-            labels.update(bib_labels(Path(app.srcdir) / bib))
+        for bib in bibs:
+            labels.update(bib_labels(bib))
+    references = {}
+    for bib in bibs:
+        references.update(bib_references(bib))
     std = env.get_domain("std")
     refs = {name: title for name, (_, _, title) in getattr(std, "labels", {}).items() if title}
     refs.update({doc: node.astext() for doc, node in getattr(env, "titles", {}).items()})
     copy_nb = reader_notebook(nb, glue=glue_values(folder / f"{pagename}.glue.json"), labels=labels,
-                              equations=_site_equations(env, pagename, page_equations(nb)), refs=refs)
+                              equations=_site_equations(env, pagename, page_equations(nb)), refs=refs,
+                              references=references)
     name = f"_notebooks/{pagename}.ipynb"
     target = Path(app.outdir) / name
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -766,6 +830,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     notebooks = args.notebooks or sorted((ROOT / "chapters").glob("*.ipynb"))
     labels = bib_labels(ROOT / "book" / "references.bib")
+    references = bib_references(ROOT / "book" / "references.bib")
     numbers = book_equation_numbers(ROOT / "_toc.yml")
     args.out.mkdir(parents=True, exist_ok=True)
     for path in notebooks:
@@ -773,7 +838,8 @@ def main(argv=None) -> int:
         page = path.relative_to(ROOT).with_suffix("").as_posix() if path.is_relative_to(ROOT) else path.stem
         nb = json.loads(path.read_text(encoding="utf8"))
         result = reader_notebook(nb, glue=glue_values(args.glue_dir / f"{page}.glue.json"), labels=labels,
-                                 equations=page_numbers(numbers, page) if page in numbers else None)
+                                 equations=page_numbers(numbers, page) if page in numbers else None,
+                                 references=references)
         target = args.out / path.name
         target.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf8")
         print(target)

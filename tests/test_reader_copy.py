@@ -41,6 +41,11 @@ def labels(rc):
 
 
 @pytest.fixture(scope="module")
+def references(rc):
+    return rc.bib_references(ROOT / "book" / "references.bib")
+
+
+@pytest.fixture(scope="module")
 def book_numbers(rc):
     return rc.book_equation_numbers(ROOT / "_toc.yml")
 
@@ -278,6 +283,67 @@ def test_hidden_and_removed_code_cells(rc):
     nbformat.validate(nbformat.from_dict(out))
 
 
+# --- the reference list ---------------------------------------------------------------------------------
+
+def test_citations_link_to_the_copys_reference_list(rc):
+    labels = {"alpha2020": "Alpha et al., 2020", "beta2019": "Beta and Gamma, 2019", "gamma2018": "Gamma, 2018"}
+    references = {"alpha2020": "A. Alpha. [A paper.](https://doi.org/10.1/a) 2020.",
+                  "beta2019": "B. Beta and C. Gamma. A book. 2019.",
+                  "gamma2018": "Never cited here."}
+    nb = _nb(_md("# T\nOne {cite}`beta2019,alpha2020`, two {cite:t}`alpha2020`, three {cite}`unknown`, "
+                 "four {cite}`alpha2020`(not a link)."), _code("x = 1"))
+    out = rc.reader_notebook(nb, labels=labels, references=references)
+    nbformat.validate(nbformat.from_dict(out))
+    text = _markdown(out)[0]
+    assert text.endswith("One [[Alpha et al., 2020](#ref-alpha2020), [Beta and Gamma, 2019](#ref-beta2019)], "
+                         "two Alpha *et al.* [[Alpha et al., 2020](#ref-alpha2020)], three [unknown], "
+                         "four \\[[Alpha et al., 2020](#ref-alpha2020)\\](not a link).")
+    last = out["cells"][-1]
+    assert last["id"] == rc.REFERENCES_ID and _text(last) == (
+        "## References\n\n"
+        '- <a id="ref-alpha2020"></a>\\[Alpha et al., 2020\\] A. Alpha. [A paper.](https://doi.org/10.1/a) 2020.\n'
+        '- <a id="ref-beta2019"></a>\\[Beta and Gamma, 2019\\] B. Beta and C. Gamma. A book. 2019.\n')
+    html = _render("\n\n".join(_markdown(out)))
+    assert '<a href="#ref-alpha2020">Alpha et al., 2020</a>' in html and "[<a href" in html
+    assert '<a id="ref-alpha2020"></a>[Alpha et al., 2020] A. Alpha.' in html
+    assert "(not a link)" in html and "Never cited" not in html
+    plain = rc.reader_notebook(nb, labels=labels)                     # no reference list: labels as before
+    assert "](#ref-" not in "\n".join(_markdown(plain)) and _text(plain["cells"][-1]) == "x = 1"
+
+
+def test_bib_references_are_full_entries_with_links(rc, references, labels):
+    assert set(references) == set(labels)
+    alibi = references["press2022alibi"]
+    assert alibi.startswith("Ofir Press, Noah") and "Train short, test long" in alibi and "2022" in alibi
+    assert "(https://arxiv.org/abs/2108.12409)" in alibi and "\n" not in alibi
+    linked = [k for k, v in references.items() if re.search(r"\]\(https?://", v)]
+    assert len(linked) == len(references)                             # every entry of the book's bib has a link
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_chapters_copy_ends_with_its_references(rc, labels, references, path):
+    nb = json.loads(path.read_text(encoding="utf8"))
+    source = "\n".join(_markdown(nb))
+    cited = {k.strip() for m in re.finditer(r"\{cite(?::\w+)?\}`([^`]+)`", source) for k in m[1].split(",")}
+    cited = {re.sub(r"^\{[^}]*\}|\{[^}]*\}$", "", k).strip() for k in cited}
+    out = rc.reader_notebook(nb, labels=labels, references=references)
+    nbformat.validate(nbformat.from_dict(out))
+    last = _text(out["cells"][-1])
+    if not cited:
+        assert "## References" not in last
+        return
+    assert last.startswith("## References\n") and out["cells"][-1]["cell_type"] == "markdown"
+    listed = re.findall(r'<a id="ref-([^"]+)"></a>', last)
+    assert set(listed) == cited and len(listed) == len(cited)          # every cited work, once
+    assert listed == [k for k in labels if k in cited]                 # in the bibliography's order
+    for key in cited:
+        assert f"\\[{labels[key]}\\] {references[key]}" in last
+    body = "\n".join(_markdown(out)[:-1])
+    assert set(re.findall(r"\]\(#ref-([^)]+)\)", body)) == cited       # each citation links to an entry there
+    html = _render(last)
+    assert html.count("<li>") == len(cited) and html.count('href="http') >= len(cited)
+
+
 # --- solutions do not run with the rest of the notebook --------------------------------------------------
 
 SOLUTION_MD = ":::{admonition} Solution\n:class: dropdown\nThe answer is $42$.\n:::"
@@ -468,3 +534,5 @@ def test_the_built_site_offers_every_chapters_reader_copy():
         assert not ROLE.search(text) and ":::" not in text and "(computed by the code" not in text, page.name
         code = [_text(c) for c in nb["cells"] if c["cell_type"] == "code"]
         assert all("pe.exercises.check" not in c or c.startswith("answer = ...") for c in code), page.name
+        if "](#ref-" in text:                                            # citations link to the list at the end
+            assert _text(nb["cells"][-1]).startswith("## References"), page.name
