@@ -1,0 +1,128 @@
+"""Multi-query associative recall: the layout of every sequence, the answers, the knobs and bad input."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import posenc as pe
+
+
+def answer_by_lookup(task, x):
+    """What a perfect recall gives at every query: the token after the query's key in the pair block."""
+    pairs = x[:, : 2 * task.n_pairs]
+    out = torch.full_like(x, pe.IGNORE_INDEX)
+    for b in range(x.shape[0]):
+        table = {int(pairs[b, 2 * i]): int(pairs[b, 2 * i + 1]) for i in range(task.n_pairs)}
+        for t in range(2 * task.n_pairs, x.shape[1]):
+            if int(x[b, t]) in table:
+                out[b, t] = table[int(x[b, t])]
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_pairs=st.integers(1, 8), extra=st.integers(0, 40), n_queries=st.integers(1, 8), min_gap=st.integers(0, 9),
+       batch=st.integers(1, 5), seed=st.integers(0, 2 ** 31))
+def test_every_query_is_a_key_of_the_pair_block_asked_once_and_its_target_is_its_value(
+        n_pairs, extra, n_queries, min_gap, batch, seed):
+    task = pe.AssociativeRecall(n_pairs, min(n_queries, n_pairs), n_keys=8, n_values=5, n_filler=3, min_gap=min_gap)
+    n = task.min_len + extra
+    x, y = task.batch(batch, n, torch.Generator().manual_seed(seed))
+    assert x.shape == y.shape == (batch, n) and x.dtype == y.dtype == torch.int64
+    assert int(x.min()) >= 0 and int(x.max()) < task.vocab_size
+    # the pair block: distinct keys, then values
+    keys, values = x[:, 0:2 * n_pairs:2], x[:, 1:2 * n_pairs:2]
+    assert ((keys >= task.key_offset) & (keys < task.value_offset)).all()
+    assert ((values >= task.value_offset) & (values < task.vocab_size)).all()
+    assert all(len(set(row.tolist())) == n_pairs for row in keys)
+    # the answers are exactly what a lookup in the pair block gives, at every key after it
+    assert torch.equal(y, answer_by_lookup(task, x))
+    counted = y != pe.IGNORE_INDEX
+    assert (counted.sum(1) == task.n_queries).all()
+    # queries: none in the gap, each followed by its value, each key once
+    where = counted.nonzero()
+    assert (where[:, 1] >= 2 * n_pairs + min_gap).all() and (where[:, 1] <= n - 2).all()
+    assert torch.equal(x[where[:, 0], where[:, 1] + 1], y[where[:, 0], where[:, 1]])
+    for b in range(batch):
+        asked = x[b, counted[b]].tolist()
+        assert len(set(asked)) == len(asked)
+    # filler elsewhere
+    rest = torch.ones_like(counted)
+    rest[:, : 2 * n_pairs] = False
+    rest[counted] = False
+    rest[:, 1:][counted[:, :-1]] = False
+    assert (x[rest] < task.n_filler).all()
+
+
+def test_the_same_generator_state_gives_the_same_batch_and_another_seed_another():
+    task = pe.AssociativeRecall()
+    a = task.batch(4, 64, torch.Generator().manual_seed(3))
+    b = task.batch(4, 64, torch.Generator().manual_seed(3))
+    c = task.batch(4, 64, torch.Generator().manual_seed(4))
+    assert all(torch.equal(u, v) for u, v in zip(a, b)) and not torch.equal(a[0], c[0])
+
+
+def test_queries_spread_over_the_whole_sequence_so_the_gap_grows_with_length():
+    """At 16 times the length most queries sit far beyond where they sit at the training length."""
+    task = pe.AssociativeRecall(n_pairs=4)
+    g = torch.Generator().manual_seed(0)
+    _, short = task.batch(64, 64, g)
+    _, long = task.batch(64, 1024, g)
+    far_short = (short != pe.IGNORE_INDEX).nonzero()[:, 1].float()
+    far_long = (long != pe.IGNORE_INDEX).nonzero()[:, 1].float()
+    assert far_short.max() < 64 and far_long.mean() > 8 * far_short.mean() and far_long.max() > 900
+
+
+def test_a_model_that_looks_up_the_pairs_scores_one_and_a_guess_scores_chance():
+    task = pe.AssociativeRecall(n_pairs=6, n_values=4)
+    x, y = task.batch(256, 48, torch.Generator().manual_seed(1))
+    counted = y != pe.IGNORE_INDEX
+    assert (answer_by_lookup(task, x)[counted] == y[counted]).all()
+    guess = torch.full_like(y, task.value_offset)
+    hit = (guess[counted] == y[counted]).float().mean().item()
+    assert task.chance == 0.25 and abs(hit - task.chance) < 0.05
+
+
+def test_evaluate_lengths_reports_the_recall_accuracy_over_the_queries_only():
+    task = pe.AssociativeRecall(n_pairs=2)
+    model = pe.TinyLM(task.vocab_size, d_model=16, n_layers=1, n_heads=2, position="alibi")
+    res = pe.evaluate_lengths(model, task, [16, 40], batches=2, batch_size=4, cache=False)
+    assert res[16].tokens == res[40].tokens == 2 * 4 * task.n_queries
+    assert 0.0 <= res[40].accuracy <= 1.0
+
+
+def test_config_and_repr_name_every_knob():
+    task = pe.AssociativeRecall(3, 2, n_keys=5, n_values=6, n_filler=7, min_gap=4)
+    assert task.config == dict(kind="associative_recall", n_pairs=3, n_queries=2, n_keys=5, n_values=6, n_filler=7,
+                               min_gap=4)
+    assert task.vocab_size == 18 and task.min_len == 6 + 4 + 4
+    assert "n_pairs=3" in repr(task) and "min_gap=4" in repr(task)
+    assert pe.AssociativeRecall(3).config != pe.AssociativeRecall(4).config
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_pairs=0), "n_pairs"),
+    (dict(n_pairs=5, n_keys=4), "n_pairs must be at most n_keys"),
+    (dict(n_pairs=2, n_queries=3), "n_queries must be at most n_pairs"),
+    (dict(n_queries=0), "n_queries"),
+    (dict(n_values=1), "n_values"),
+    (dict(n_filler=0), "n_filler"),
+    (dict(min_gap=-1), "min_gap"),
+    (dict(n_pairs=2.5), "n_pairs"),
+])
+def test_bad_options_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pe.AssociativeRecall(**kwargs)
+
+
+def test_bad_batches_are_refused():
+    task = pe.AssociativeRecall(n_pairs=4, min_gap=2)
+    with pytest.raises(ValueError, match="seq_len must be at least 18"):
+        task.batch(2, 17)
+    task.batch(2, 18)
+    with pytest.raises(ValueError, match="split"):
+        task.batch(2, 32, split="test")
+    with pytest.raises(ValueError, match="generator"):
+        task.batch(2, 32, generator=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        task.batch(0, 32)
