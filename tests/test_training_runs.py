@@ -84,3 +84,65 @@ def test_an_interrupt_stops_the_workers_and_frees_their_run_locks(tmp_path):
         if parent.poll() is None:
             parent.kill()
             parent.wait(timeout=30)
+
+
+TASK = pe.MarkovChain(vocab_size=4, order=1, seed=0)
+KW = dict(steps=6, seq_len=8, batch_size=2, warmup=2)
+
+
+def _make():
+    return pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position="rope")
+
+
+@pytest.fixture
+def shown(tmp_path, monkeypatch):
+    """A fresh run cache, progress reported (as in a notebook)."""
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    monkeypatch.delenv("POSENC_PROGRESS", raising=False)
+    monkeypatch.delenv("POSENC_STATIC", raising=False)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_progress_false_draws_no_bar_and_prints_nothing(shown, capfd, workers):
+    pe.train_seeds(_make, TASK, [0, 1], workers=workers, progress=False, **KW)
+    out, err = capfd.readouterr()
+    assert "run" not in out and "run" not in err and "it/s" not in err, (out, err)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_runs_trained_in_this_call_are_reported_as_trained(shown, workers):
+    runs = pe.train_seeds(_make, TASK, [0, 1], workers=workers, progress=False, **KW)
+    assert [(r.from_cache, r.steps_run) for r in runs] == [(False, KW["steps"])] * 2
+    again = pe.train_seeds(_make, TASK, [0, 1, 2], workers=workers, progress=False, **KW)
+    assert [(r.from_cache, r.steps_run) for r in again] == [(True, 0)] * 2 + [(False, KW["steps"])]
+    assert [r.losses for r in again[:2]] == [r.losses for r in runs]
+
+
+def _counts(out: str):
+    import re
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1, out  # one line, before the training
+    found = re.fullmatch(r"(\d+) runs?: (\d+) from the cache, (\d+) to train(, about .+ on this device)?", lines[0])
+    assert found, lines[0]
+    return int(found[1]), int(found[2]), int(found[3]), found[4] is not None
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_train_seeds_says_how_many_runs_are_cached_and_to_train_and_draws_one_bar(shown, capfd, workers):
+    makers = {"a": _make, "b": lambda: pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position="alibi")}
+    pe.train_seeds(makers, TASK, [0, 1], workers=workers, **KW)
+    out, err = capfd.readouterr()
+    assert _counts(out) == (4, 0, 4, True)
+    assert "4 runs" in err and "rope" not in err and "alibi" not in err  # one bar over the set, none per model
+    pe.train_seeds(makers, TASK, [0, 1, 2], workers=workers, **KW)
+    assert _counts(capfd.readouterr().out) == (6, 4, 2, True)
+    pe.train_seeds(makers, TASK, [1, 2], workers=workers, **KW)
+    out, err = capfd.readouterr()
+    assert _counts(out) == (4, 4, 0, False) and "it/s" not in err  # nothing to train: no time, no bar
+
+
+def test_posenc_progress_zero_silences_the_line_and_the_bar(shown, capfd, monkeypatch):
+    monkeypatch.setenv("POSENC_PROGRESS", "0")
+    pe.train_seeds(_make, TASK, [0, 1], workers=1, **KW)
+    out, err = capfd.readouterr()
+    assert out == "" and "run" not in err and "it/s" not in err, (out, err)

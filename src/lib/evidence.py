@@ -23,6 +23,7 @@ only where the ranges separate, and quotes numbers from the run itself:
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import signal
@@ -30,14 +31,15 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
 from ._validate import check_int
 from .runtime import _RunBusy, pick_device
-from .train import TrainResult, _busy_runs_raise, _progress_bar, train
+from .train import (_SET_BAR, TrainResult, _busy_runs_raise, _plan, _progress_bar, _progress_shown, _run,
+                    train)
 
 __all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "Spread", "spread", "per_seed", "over_seeds",
            "train_seeds", "separated", "verdict", "glue"]
@@ -277,15 +279,15 @@ def _measure_in_workers(measure: Callable[[int], Any], seed_list: List[int], wor
     return _in_workers(measure, seed_list, workers, stacklevel=5)
 
 
-def _in_workers(call: Callable[[Any], Any], items: List[Any], workers: int, bar: Any = None,
-                stacklevel: int = 4) -> Dict[int, Any]:
+def _in_workers(call: Callable[[Any], Any], items: List[Any], workers: int,
+                finished_one: Optional[Callable[[int], Any]] = None, stacklevel: int = 4) -> Dict[int, Any]:
     """``{i: call(items[i])}``, each call in a forked copy of this process on one thread, ``workers`` at a time.
 
     A child silences its output, runs its call, writes the result and its
     warnings whole to a temporary file (anything :func:`torch.save` can
     write) and exits without the parent's exit handlers; the warnings are
     raised here. A call whose process failed is left out, for the caller to
-    run again here (and raise its error). ``bar``: updated once per call.
+    run again here (and raise its error). ``finished_one(i)`` is called as call ``i`` ends.
     """
     results: Dict[int, Any] = {}
     with tempfile.TemporaryDirectory(prefix="posenc-workers-") as folder:
@@ -311,8 +313,8 @@ def _in_workers(call: Callable[[Any], Any], items: List[Any], workers: int, bar:
                         for message in caught:
                             warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
                         results[i] = value
-                    if bar is not None:
-                        bar.update(1)
+                    if finished_one is not None:
+                        finished_one(i)
         finally:  # an interrupt (Jupyter's stops this process only) or an error here: no worker trains on
             _stop_workers(running)
     return results
@@ -376,6 +378,15 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
     for s in seed_list]``, or ``{name: that list}``. Every run is cached by
     its configuration, the seed included, so a re-run loads them.
 
+    Before it trains, it prints one line: ``"N runs: M from the cache, K to
+    train, about T min on this device"`` (T from a timed probe of about ten
+    steps of the first run to train), then draws one progress bar over the
+    steps of the whole set instead of one per model; ``progress=False``, the
+    static website build and ``$POSENC_PROGRESS=0`` silence both. A run
+    trained in this call (here or by a worker) is reported as trained
+    (``from_cache=False``, ``steps_run`` its steps), one loaded from an
+    earlier call as ``from_cache=True``.
+
     Args:
         seed_list: the seeds, default :func:`seeds` (``seed=`` is refused).
         init: fine-tune: one earlier :class:`~posenc.TrainResult` per seed
@@ -417,18 +428,88 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
                 raise ValueError("make_model must return a new model on every call")
             kwargs = dict(train_kwargs, seed=s, **({} if init is None else {"init": init[i]}))
             jobs.append((name, model, kwargs))
-    _train_in_workers([(model, data, kwargs) for _, model, kwargs in jobs], workers)
-    done: Dict[int, TrainResult] = {}
-    with _busy_runs_raise():  # a run another process trains (a notebook beside this one) comes last
-        for i, (_, model, kwargs) in enumerate(jobs):
-            try:
-                done[i] = train(model, data, **kwargs)
-            except _RunBusy:
-                pass
+    progress = train_kwargs.pop("progress", True)
+    # every run checked, and its cache entry looked up, before any trains
+    plans = [_plan(model, data, **{k: v for k, v in kwargs.items() if k != "progress"}, warn_stacklevel=4)
+             for _, model, kwargs in jobs]
+    todo = [i for i, plan in enumerate(plans) if plan.path is None or not plan.path.is_file()]
+    shown = _progress_shown(progress)
+    side_by_side = _side_by_side(plans, todo, workers)
+    if shown:
+        print(_cost_line(plans, todo, side_by_side), flush=True)
+    with _progress_bar(sum(plans[i].steps for i in todo),
+                       f"{len(todo)} run{'s' if len(todo) != 1 else ''}"
+                       + (f", {side_by_side} at a time" if side_by_side > 1 else ""),
+                       shown and bool(todo)) as bar:
+        trained = _train_in_workers(plans, todo, side_by_side, bar) if side_by_side > 1 else {}
+        done: Dict[int, TrainResult] = {}
+        token = _SET_BAR.set(bar)  # the runs trained here advance the one bar
+        try:
+            with _busy_runs_raise():  # a run another process trains (a notebook beside this one) comes last
+                for i, plan in enumerate(plans):
+                    try:
+                        done[i] = _run(plan, False)
+                    except _RunBusy:
+                        pass
+            for i, plan in enumerate(plans):
+                if i not in done:
+                    done[i] = _run(plan, False)  # waits for it, then loads it
+        finally:
+            _SET_BAR.reset(token)
     runs: Dict[Any, List[TrainResult]] = {name: [] for name in makers}
-    for i, (name, model, kwargs) in enumerate(jobs):
-        runs[name].append(done[i] if i in done else train(model, data, **kwargs))  # waits for it, then loads it
+    for i, (name, _, _) in enumerate(jobs):
+        result = done[i]
+        if i in trained and result.from_cache:  # trained in this call, by a worker: reported as trained
+            result = replace(result, from_cache=False, steps_run=trained[i])
+        runs[name].append(result)
     return runs[None] if None in runs else runs
+
+
+def _side_by_side(plans: List[Any], todo: List[int], workers: Optional[int]) -> int:
+    """How many forked workers train the runs ``todo`` at once: 1 (train here) unless it is safe and useful."""
+    workers = min(_usable_cores(), max(1, len(todo))) if workers is None else check_int("workers", workers, 1)
+    if (workers < 2 or len(todo) < 2 or not hasattr(os, "fork") or not sys.platform.startswith("linux")
+            or any(plans[i].path is None for i in todo) or any(plans[i].device.type != "cpu" for i in todo)):
+        return 1
+    return min(workers, len(todo))
+
+
+def _cost_line(plans: List[Any], todo: List[int], side_by_side: int) -> str:
+    """``"N runs: M from the cache, K to train, about T min on this device"``: what a set of runs will cost.
+
+    T comes from a timed probe: the first run to train, trained here without
+    the cache for 2 and then 8 steps (the difference leaves out the start-up
+    costs), gives the seconds per step on this device, which is multiplied
+    by the steps of every run to train and divided among the workers. The
+    probe costs about ten steps of one run.
+    """
+    n, k = len(plans), len(todo)
+    line = f"{n} run{'s' if n != 1 else ''}: {n - k} from the cache, {k} to train"
+    if not k:
+        return line
+    try:
+        per_step = _seconds_per_step(plans[todo[0]])
+    except Exception:  # the run itself will raise it, with its own message
+        return line + ", time unknown"
+    minutes = per_step * sum(plans[i].steps for i in todo) / side_by_side / 60
+    return line + f", about {_minutes(minutes)} on this device"
+
+
+def _seconds_per_step(plan: Any) -> float:
+    probe = replace(plan, model=copy.deepcopy(plan.model), path=None)
+    seconds = []
+    for steps in (2, 8):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            seconds.append(_run(replace(probe, steps=steps, warmup=min(plan.warmup, steps)), False).seconds)
+    per_step = (seconds[1] - seconds[0]) / 6
+    return per_step if per_step > 0 else seconds[1] / 8
+
+
+def _minutes(minutes: float) -> str:
+    if minutes < 1:
+        return "under a minute" if minutes >= 0.05 else "a few seconds"
+    return f"{minutes:.0f} min" if minutes >= 10 else f"{minutes:.1f} min"
 
 
 def _usable_cores() -> int:
@@ -446,24 +527,19 @@ def _usable_cores() -> int:
     return max(1, min(cores, int(share))) if share.isdigit() and int(share) > 0 else cores
 
 
-def _train_in_workers(jobs: List[Tuple[Any, Any, Dict[str, Any]]], workers: Optional[int]) -> None:
-    """Fill the run cache for ``jobs`` with up to ``workers`` forked processes (where that is safe and useful).
+def _train_in_workers(plans: List[Any], todo: List[int], workers: int, bar: Any) -> Dict[int, int]:
+    """Fill the run cache for the runs ``todo`` of ``plans`` with ``workers`` forked processes.
 
-    A child trains one job on one thread with its output silenced and exits
+    A child trains one run on one thread with its output silenced and exits
     (:func:`_in_workers`); its warnings are raised here. A child that fails
-    leaves no entry, so the caller's own :func:`~posenc.train` trains that job
-    again here and raises its error.
+    leaves no entry, so the caller trains that run again here and raises its
+    error. Returns ``{index: steps}`` for the runs a child trained (not
+    loaded); ``bar`` advances by a run's steps as it ends.
     """
-    workers = min(_usable_cores(), len(jobs)) if workers is None else check_int("workers", workers, 1)
-    device = jobs[0][2].get("device")
-    if (workers < 2 or len(jobs) < 2 or not hasattr(os, "fork") or not sys.platform.startswith("linux")
-            or any(not kw.get("cache", True) for _, _, kw in jobs)
-            or torch.device(pick_device() if device is None else device).type != "cpu"):
-        return
     _import_what_training_imports()
-    with _progress_bar(len(jobs), f"{len(jobs)} runs, {workers} at a time", True) as bar:
-        _in_workers(lambda job: train(job[0], job[1], **dict(job[2], progress=False)) and None, jobs, workers, bar,
-                    stacklevel=5)
+    ran = _in_workers(lambda plan: (lambda r: None if r.from_cache else r.steps_run)(_run(plan, False)),
+                      [plans[i] for i in todo], workers, lambda j: bar.update(plans[todo[j]].steps), stacklevel=6)
+    return {todo[j]: steps for j, steps in ran.items() if steps is not None}
 
 
 def _import_what_training_imports() -> None:

@@ -264,17 +264,27 @@ def _lr_factor(step: int, steps: int, warmup: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _progress_bar(total: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
-
+def _progress_shown(enabled: bool = True) -> bool:
+    """Whether progress is reported: ``enabled``, and neither the static website build nor ``$POSENC_PROGRESS=0``."""
     static = os.environ.get("POSENC_STATIC", "").strip().lower() not in ("", "0", "false", "no")
     # $POSENC_PROGRESS=0 turns the bars off. In a notebook every refresh is a
     # few widget messages, and a client that does not read them while a cell
     # runs (nbval) drops those beyond ZeroMQ's high-water mark (1000), the
-    # cell's closing messages among them: the test runs set it. mininterval:
-    # at most one refresh per second for everyone else.
+    # cell's closing messages among them: the test runs set it.
     silenced = os.environ.get("POSENC_PROGRESS", "").strip().lower() in ("0", "false", "no", "off")
-    options = dict(total=total, desc=desc, disable=not enabled or static or silenced, leave=False, mininterval=1.0)
+    return bool(enabled) and not static and not silenced
+
+
+#: Set by :func:`posenc.train_seeds` while it trains a set of runs here: the one bar over the set, which every
+#: run's steps advance instead of drawing a bar of its own
+_SET_BAR: contextvars.ContextVar = contextvars.ContextVar("posenc_set_bar", default=None)
+
+
+def _progress_bar(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    # mininterval: at most one refresh per second
+    options = dict(total=total, desc=desc, disable=not _progress_shown(enabled), leave=False, mininterval=1.0)
     if options["disable"] or "tqdm.notebook" not in {c.__module__ for c in tqdm.__mro__}:  # terminal: tqdm's own
         return tqdm(**options)
 
@@ -321,7 +331,7 @@ def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.d
         return dict(losses=losses, grad_norms=norms, seconds=float(saved["seconds"]))
     except Exception as err:  # truncated, empty, garbled or mismatched: never trust it, never fail on it
         warnings.warn(f"the cached run {path} cannot be used ({type(err).__name__}: {err}); "
-                      "training again, and the new result will replace it", RuntimeWarning, stacklevel=3)
+                      "training again, and the new result will replace it", RuntimeWarning, stacklevel=4)
         return None
 
 
@@ -332,14 +342,15 @@ def _save_run(path: Path, payload: Dict[str, Any]) -> None:
     except Exception as err:  # read-only folder, no home, full disk: no half-written file stays
         warnings.warn(f"could not write the run cache {path} ({type(err).__name__}: {err}); the trained "
                       "model is returned but will be trained again next time (set POSENC_CACHE to a writable "
-                      "folder to keep it)", RuntimeWarning, stacklevel=3)
+                      "folder to keep it)", RuntimeWarning, stacklevel=4)
 
 
 def _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
               batches, device, progress, sampling=None) -> None:
     """The optimiser loop of :func:`train` (appends to ``losses`` and ``norms``)."""
     use_bf16 = device.type == "cuda"
-    with _progress_bar(steps, model.position.name, progress) as bar:
+    outer = _SET_BAR.get()
+    with _progress_bar(steps, model.position.name, progress) if outer is None else contextlib.nullcontext(outer) as bar:
         for step in range(steps):
             for group in opt.param_groups:
                 group["lr"] = lr * _lr_factor(step, steps, warmup)
@@ -436,6 +447,41 @@ def train(
         ``model`` is (or shares weights with) ``init.model``: then a copy is
         fine-tuned, and the earlier result keeps its weights.
     """
+    plan = _plan(model, data, steps, seq_len, batch_size, lr, seed, device, cache, warmup=warmup,
+                 weight_decay=weight_decay, grad_clip=grad_clip, cpu_threads=cpu_threads, init=init,
+                 position_sampling=position_sampling, max_position=max_position)
+    return _run(plan, progress)
+
+
+@dataclass
+class _Plan:
+    """A checked :func:`train` call: its arguments as Python values, the run's configuration, key and cache file."""
+
+    model: TinyLM
+    data: Any
+    steps: int
+    seq_len: int
+    batch_size: int
+    lr: float
+    seed: int
+    warmup: int
+    weight_decay: float
+    grad_clip: Optional[float]
+    cpu_threads: Optional[int]
+    position_sampling: Optional[str]
+    max_position: Optional[int]
+    init_state: Optional[Dict[str, torch.Tensor]]
+    device: torch.device
+    config: Dict[str, Any]
+    key: str
+    path: Optional[Path]
+
+
+def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size: Any = 32, lr: Any = 3e-3,
+          seed: Any = 0, device: Any = None, cache: bool = True, *, warmup: Any = 25, weight_decay: Any = 0.1,
+          grad_clip: Any = 1.0, cpu_threads: Any = 1, init: Optional[TrainResult] = None,
+          position_sampling: Optional[str] = None, max_position: Any = None, warn_stacklevel: int = 3) -> _Plan:
+    """Check the arguments of :func:`train` and compute its run's key and cache file, without training."""
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
     _check_data(data)
@@ -505,8 +551,20 @@ def train(
             path = cache_dir("runs") / f"{key}.pt"
         except (RuntimeError, KeyError, OSError) as err:  # e.g. no home directory to put ~/.cache in
             warnings.warn(f"no run cache ({err}); training without one (set POSENC_CACHE to a writable folder)",
-                          RuntimeWarning, stacklevel=2)
-            cache = False
+                          RuntimeWarning, stacklevel=warn_stacklevel)
+    return _Plan(model, data, steps, seq_len, batch_size, lr, seed, warmup, weight_decay, grad_clip, cpu_threads,
+                 position_sampling, max_position, init_state, device, config, key, path)
+
+
+def _run(plan: _Plan, progress: bool) -> TrainResult:
+    """Load or train the run of ``plan`` (the body of :func:`train`)."""
+    model, data, config, key, path, device = plan.model, plan.data, plan.config, plan.key, plan.path, plan.device
+    steps, seq_len, batch_size, lr, seed, warmup = (plan.steps, plan.seq_len, plan.batch_size, plan.lr, plan.seed,
+                                                    plan.warmup)
+    weight_decay, grad_clip, cpu_threads, init_state = (plan.weight_decay, plan.grad_clip, plan.cpu_threads,
+                                                        plan.init_state)
+    position_sampling, max_position = plan.position_sampling, plan.max_position
+    cache = path is not None
     model.to(device)
 
     # one process at a time per run: a second one (a notebook executed beside this one) waits, then loads
