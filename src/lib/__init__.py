@@ -163,6 +163,8 @@ from .scheme import (  # after the topic modules, which register their schemes
 )
 from .model import (
     TinyLM,
+    save_model,
+    load_model,
 )
 from .data import (
     IGNORE_INDEX,
@@ -328,6 +330,8 @@ __all__ = [
     "register_scheme",
     "position_scheme",
     "TinyLM",
+    "save_model",
+    "load_model",
     "IGNORE_INDEX",
     "CHARS",
     "MarkovChain",

@@ -57,7 +57,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -69,9 +69,10 @@ from .decay import _decay_value
 from .layers import ATTENTION_KINDS, Positions, attention_layer
 from .linear import FEATURE_MAPS, feature_map
 from ._positions import builtin, check_same, position_ids, scheme_positions, takes_positions
+from ._saving import _check_rebuilt, _config_arguments, load_model, save_model
 from .scheme import LayerSchemes, PositionScheme, _bind_checked, position_scheme
 
-__all__ = ["TinyLM"]
+__all__ = ["TinyLM", "save_model", "load_model"]
 
 _FFNS = ("mlp", "glu")
 
@@ -121,11 +122,11 @@ class TinyLM(nn.Module):
             ``d_model / n_heads`` must be even for rotations).
         n_layers: number of blocks.
         n_heads: attention heads per block.
-        position: a name in :data:`posenc.POSITION_SCHEMES` or a
-            :class:`posenc.PositionScheme` object (one per model), or a list
-            with one per layer (:class:`posenc.LayerSchemes`: schemes that act
-            inside attention, ``"none"`` included; e.g. RoPE and NoPE layers
-            interleaved, ``["rope", "rope", "rope", "none"]`` as Llama 4).
+        position: a name in :data:`posenc.POSITION_SCHEMES` or a :class:`posenc.PositionScheme`
+            object (one per model), or a list with one per layer (:class:`posenc.LayerSchemes`:
+            schemes that act inside attention, ``"none"`` included; e.g. RoPE and NoPE layers
+            interleaved, ``["rope", "rope", "rope", "none"]`` as Llama 4), or a scheme's config
+            (a dict: ``TinyLM(**model.config)`` rebuilds a model).
         attention: a kind in :data:`posenc.ATTENTION_KINDS` for every layer,
             or a sequence of ``n_layers`` kinds.
         ffn: ``"mlp"`` (GELU) or ``"glu"`` (SiLU-gated) feed-forward blocks.
@@ -176,7 +177,7 @@ class TinyLM(nn.Module):
         d_model: int = 64,
         n_layers: int = 2,
         n_heads: int = 4,
-        position: Union[str, PositionScheme, Sequence[Union[str, PositionScheme]]] = "rope",
+        position: Union[str, PositionScheme, Sequence[Union[str, PositionScheme]], Mapping[str, Any]] = "rope",
         *,
         attention: Union[str, Sequence[str]] = "softmax",
         ffn: str = "mlp",
@@ -193,12 +194,19 @@ class TinyLM(nn.Module):
         **position_options: Any,
     ) -> None:
         super().__init__()
+        if torch.empty(0).is_meta:  # torch.device("meta") as a context, or torch.set_default_device("meta")
+            raise ValueError("TinyLM cannot be built on the meta device (torch.device('meta')): it computes and "
+                             "checks its position tables when built; build it on a real device, e.g. 'cpu'")
         vocab_size = check_int("vocab_size", vocab_size)
         d_model = check_int("d_model", d_model)
         n_layers = check_int("n_layers", n_layers)
         n_heads = check_int("n_heads", n_heads)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        rebuilt = dict(position) if isinstance(position, Mapping) else None  # TinyLM(**model.config)
+        if rebuilt is not None:
+            position, feature, diag_block = _config_arguments(rebuilt, position_options, feature, diag_block,
+                                                              d_model=d_model, n_heads=n_heads, n_layers=n_layers)
         try:
             kinds = [attention] * n_layers if isinstance(attention, str) else list(attention)
         except TypeError:  # None, a number
@@ -283,6 +291,22 @@ class TinyLM(nn.Module):
         self.reset_parameters()
         with torch.no_grad():  # a scheme that cannot serve this model fails now, not at the first forward
             self._positions(min(3, self.max_len or 3), torch.device("cpu"))
+        if rebuilt is not None:
+            _check_rebuilt(rebuilt, self.position.config())
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "TinyLM":
+        """A new model (fresh weights) of the architecture ``config``, a :attr:`config`: ``TinyLM(**config)``.
+
+        The scheme is rebuilt from its config (a class of yours imported, as by
+        :func:`load_model`, which also restores saved weights).
+
+        >>> TinyLM.from_config(TinyLM(16, position="alibi").config).config == TinyLM(16, position="alibi").config
+        True
+        """
+        if not isinstance(config, Mapping) or not isinstance(config.get("position"), Mapping):
+            raise ValueError(f"config must be a TinyLM's config (a dict whose 'position' is a dict), got {config!r}")
+        return cls(**config)
 
     # ------------------------------------------------------------------ settings
 
@@ -516,6 +540,11 @@ class TinyLM(nn.Module):
 
     # ------------------------------------------------------------------ forward
 
+    def _require_values(self) -> None:
+        if any(p.is_meta for p in self.parameters()):  # shapes, no values
+            raise ValueError("this model is on the meta device (shapes, no values): it cannot compute logits; "
+                             "model.to_empty(device='cpu') then load_state_dict(...) gives it weights")
+
     def _embed(self, idx: torch.Tensor, ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"idx must be (batch, seq) integer token ids, got "
@@ -565,6 +594,7 @@ class TinyLM(nn.Module):
             layers: the raw scores before the norm; decay and gated layers:
             the decayed scores before the norm).
         """
+        self._require_values()
         if isinstance(idx, torch.Tensor) and not idx.is_meta and idx.device != self.tok.weight.device:
             idx = idx.to(self.tok.weight.device)  # ids follow the model: a batch drawn on the CPU, a model on the GPU
         ids = None if positions is None else position_ids(positions, idx)
@@ -582,6 +612,7 @@ class TinyLM(nn.Module):
         ``model.blocks[i].attn`` applied to it gives layer ``i``'s attention
         output; e.g. ``model.blocks[i].attn.denominator(x)`` for a ``"linear"`` layer.
         """
+        self._require_values()
         x = self._embed(idx)
         inputs = []
         for block, positions in zip(self.blocks, self._positions(idx.shape[1], x.device)):
