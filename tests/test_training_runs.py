@@ -146,3 +146,25 @@ def test_posenc_progress_zero_silences_the_line_and_the_bar(shown, capfd, monkey
     pe.train_seeds(_make, TASK, [0, 1], workers=1, **KW)
     out, err = capfd.readouterr()
     assert out == "" and "run" not in err and "it/s" not in err, (out, err)
+
+
+def test_warmup_longer_than_the_run_is_refused_naming_both(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    with pytest.raises(ValueError, match=r"warmup=50.*steps=5"):
+        pe.train(_make(), TASK, steps=5, seq_len=8, batch_size=2, warmup=50, progress=False)
+    with pytest.raises(ValueError, match=r"warmup=7.*steps=6"):  # refused before any run of the set trains
+        pe.train_seeds(_make, TASK, [0, 1], workers=1, progress=False, **dict(KW, warmup=7))
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*.pt"))
+    # warmup == steps: the rate rises over the whole run and reaches lr at its last step
+    result = pe.train(_make(), TASK, steps=5, seq_len=8, batch_size=2, warmup=5, progress=False)
+    assert result.steps_run == 5 and len(result.losses) == 5
+
+
+def test_default_warmup_fits_a_short_run_and_keeps_the_key_of_a_long_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    short = pe.train(_make(), TASK, steps=5, seq_len=8, batch_size=2, progress=False)
+    assert short.config["train"]["warmup"] == 5
+    assert pe.train(_make(), TASK, steps=5, seq_len=8, batch_size=2, warmup=5, progress=False).from_cache
+    long = pe.train(_make(), TASK, steps=30, seq_len=8, batch_size=2, progress=False, cache=False)
+    assert long.key == pe.train(_make(), TASK, steps=30, seq_len=8, batch_size=2, warmup=25, progress=False,
+                                cache=False).key

@@ -383,7 +383,7 @@ def train(
     cache: bool = True,
     progress: bool = True,
     *,
-    warmup: int = 25,
+    warmup: Optional[int] = None,
     weight_decay: float = 0.1,
     grad_clip: Optional[float] = 1.0,
     cpu_threads: Optional[int] = 1,
@@ -401,7 +401,10 @@ def train(
     ``seq_len``.
 
     Optimiser: AdamW (betas 0.9, 0.95; weight decay on linear weights only),
-    linear warm-up for ``warmup`` steps then cosine decay to 10% of ``lr``,
+    linear warm-up for ``warmup`` steps then cosine decay to 10% of ``lr``
+    (``warmup <= steps``: ``warmup == steps`` warms up over the whole run,
+    reaching ``lr`` at the last step without decaying; more is refused, since
+    the rate would never reach ``lr``; default ``min(25, steps)``),
     gradient clipping at ``grad_clip`` (``None``: no clipping; the norm of
     every step is recorded either way). Batches come from
     ``data.batch(batch_size, seq_len, generator)`` with a generator seeded by
@@ -478,7 +481,7 @@ class _Plan:
 
 
 def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size: Any = 32, lr: Any = 3e-3,
-          seed: Any = 0, device: Any = None, cache: bool = True, *, warmup: Any = 25, weight_decay: Any = 0.1,
+          seed: Any = 0, device: Any = None, cache: bool = True, *, warmup: Any = None, weight_decay: Any = 0.1,
           grad_clip: Any = 1.0, cpu_threads: Any = 1, init: Optional[TrainResult] = None,
           position_sampling: Optional[str] = None, max_position: Any = None, warn_stacklevel: int = 3) -> _Plan:
     """Check the arguments of :func:`train` and compute its run's key and cache file, without training."""
@@ -492,7 +495,10 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
                                   (("steps", steps), ("seq_len", seq_len), ("batch_size", batch_size)))
     lr = _positive("lr", lr, float)
     seed = check_int("seed", seed, low=0)
-    warmup = check_int("warmup", warmup, low=0)
+    warmup = min(25, steps) if warmup is None else check_int("warmup", warmup, low=0)
+    if warmup > steps:  # the rate would never reach lr, and the decay would never start
+        raise ValueError(f"warmup must be at most steps: warmup={warmup} warm-up steps do not fit in steps={steps} "
+                         "(lower warmup, e.g. warmup=0 for a fine-tune, or raise steps)")
     weight_decay = check_number("weight_decay", weight_decay, -math.inf)
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
