@@ -178,6 +178,7 @@ from .data import (
     wikitext,
 )
 from .ruler import MultiKeyRetrieval, MultiValueRetrieval, VariableTracking
+from .recall import AssociativeRecall
 from .passkey import (
     PasskeyRetrieval,
     effective_length,
@@ -207,6 +208,7 @@ from .evidence import (
     verdict,
     glue,
 )
+from .claims import Verdict, judge
 from .runtime import (
     pick_device,
     running_mode,
@@ -348,6 +350,9 @@ __all__ = [
     "MultiKeyRetrieval",
     "MultiValueRetrieval",
     "VariableTracking",
+    "AssociativeRecall",
+    "Verdict",
+    "judge",
     "TrainResult",
     "LengthResult",
     "TrainingPreset",

@@ -1,0 +1,243 @@
+"""Published claims re-tested: a verdict computed from the seed spread and the conditions of the test.
+
+A tiny experiment can say a paper's claim holds, fails, or cannot tell, and
+which of these it may say depends on the test as much as on the numbers:
+
+* the seed ranges must separate (:class:`~posenc.evidence.Spread`), or the
+  difference is seed noise;
+* the test must be able to fail for the right reason: a *control*, a model
+  without the mechanism the claim is about, fails the same test (a task that
+  a model without position information solves cannot show that a position
+  scheme reaches far);
+* the compared models must not all sit at the task's ceiling or floor
+  (passkey accuracy 1.00 against 1.00 ranks nothing);
+* the task must be learned within the training length before it is tested
+  beyond it.
+
+:func:`judge` takes the spreads and these conditions and returns a
+:class:`Verdict`: ``reproduced``, ``partially reproduced``, ``not
+reproduced``, ``within seed noise`` or ``not tested here``, the last two with
+their reason in a few words. It never says ``reproduced`` or ``not
+reproduced`` when a condition is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .evidence import Spread
+
+__all__ = ["OUTCOMES", "Verdict", "judge"]
+
+#: The five verdicts, from the strongest to the weakest statement.
+OUTCOMES = ("reproduced", "partially reproduced", "not reproduced", "within seed noise", "not tested here")
+
+Number = Union[int, float]
+Measured = Union[Spread, Number]
+
+
+class Verdict(str):
+    """A verdict as the text a page prints (``"not tested here (every model at the ceiling)"``), with its parts.
+
+    ``outcome`` is one of :data:`OUTCOMES`; ``reason`` the words in
+    parentheses (empty for a plain outcome); ``conditions`` maps each
+    condition of the test (a length, say) to its own outcome.
+    """
+
+    outcome: str
+    reason: str
+    conditions: Dict[str, str]
+
+    def __new__(cls, outcome: str, reason: str = "", conditions: Optional[Mapping[str, str]] = None) -> "Verdict":
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+        self = super().__new__(cls, f"{outcome} ({reason})" if reason else outcome)
+        self.outcome, self.reason, self.conditions = outcome, reason, dict(conditions or {})
+        return self
+
+    @property
+    def decisive(self) -> bool:
+        """``True`` for ``reproduced``, ``partially reproduced`` and ``not reproduced``."""
+        return self.outcome in OUTCOMES[:3]
+
+    def sentence(self) -> str:
+        """The text with its first letter capitalised (and nothing else: "L" stays "L")."""
+        return self[:1].upper() + self[1:]
+
+
+def _check_measured(name: str, x: Any, min_seeds: int) -> Measured:
+    if isinstance(x, Spread):
+        if len(x.values) < min_seeds:
+            raise ValueError(f"{name} must hold at least {min_seeds} seeds to be compared, got {len(x.values)}")
+        if not all(math.isfinite(v) for v in x.values):
+            raise ValueError(f"{name} has a value that is not finite: {x.values}")
+        return x
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise ValueError(f"{name} must be a posenc.Spread over seeds or a finite number, got {x!r}")
+    return float(x)
+
+
+def _values(x: Measured) -> Tuple[float, ...]:
+    return x.values if isinstance(x, Spread) else (float(x),)
+
+
+def _better(a: Measured, b: Measured, lower: bool, margin: float) -> bool:
+    """Every seed of ``a`` on the claimed side of every seed of ``b``, by more than ``margin``."""
+    if lower:
+        return max(_values(a)) + margin < min(_values(b))
+    return min(_values(a)) - margin > max(_values(b))
+
+
+def _at_bound(xs: Sequence[Measured], bound: Optional[float], tolerance: float) -> bool:
+    return bound is not None and all(abs(v - bound) <= tolerance for x in xs for v in _values(x))
+
+
+def _conditions(name: str, x: Any) -> Dict[str, Any]:
+    if isinstance(x, Mapping):
+        if not x:
+            raise ValueError(f"{name} must not be empty")
+        return {str(k): v for k, v in x.items()}
+    return {"": x}
+
+
+def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measured, Mapping[Any, Measured]], *,
+          better: str, margin: float = 0.0, control: Union[None, Measured, Mapping[Any, Measured]] = None,
+          ceiling: Optional[float] = None, floor: Optional[float] = None, tolerance: float = 0.0,
+          what: str = "", needs: Sequence[str] = (), unsolved: Sequence[str] = (), untested: Optional[str] = None,
+          min_seeds: int = 3) -> Verdict:
+    """The verdict on a claim that ``claimed`` is ``better`` (``"lower"`` or ``"higher"``) than ``against``.
+
+    Args:
+        claimed: the measurement of the model with the mechanism the claim is
+            about, a :class:`~posenc.evidence.Spread` over seeds; or a dict of
+            them, one per condition of the test (``{"2L": ..., "8L": ...}``).
+        against: what the claim says it beats: another model's spread (the
+            comparison), or a number (a threshold: "holds within 0.02 nats");
+            a dict with the keys of ``claimed`` where it has conditions.
+        better: ``"lower"`` (a loss, a rise) or ``"higher"`` (an accuracy).
+        margin: the ranges must separate by more than this.
+        control: the same measurement on a model *without* the mechanism
+            (a spread, or a dict per condition). Required where ``against``
+            is a threshold, since a test that every model passes says nothing
+            about the mechanism; optional for a comparison, whose ``against``
+            already lacks it. The control must fail the test on every seed
+            (on the other side of ``against``), or the condition is "not
+            tested here".
+        ceiling, floor: the best and worst values the task allows (accuracy
+            1 and chance, say). Where every seed of ``claimed`` and of
+            ``against`` lies within ``tolerance`` of the same one, the
+            condition is "not tested here": a test at its ceiling ranks nothing.
+        what: the quantity, named in "within seed noise (what)".
+        needs, unsolved: model names; if a model the claim rests on was not
+            solved within the training length on every seed, the verdict is
+            "not tested here (name not solved within L)".
+        untested: a reason the design cannot speak to the claim at all (a
+            task without the distances the mechanism acts on, say):
+            "not tested here (untested)".
+        min_seeds: spreads with fewer seeds are refused.
+
+    Returns:
+        A :class:`Verdict`. With conditions: ``reproduced`` where every tested
+        condition reproduces, ``partially reproduced (at 2L; not at 8L)``
+        where some do, ``not reproduced`` where every tested condition
+        separates the other way, else ``within seed noise``.
+
+    >>> from posenc import Spread
+    >>> judge(Spread((0.01, 0.02, 0.02)), 0.05, better="lower", control=Spread((0.3, 0.4, 0.6)))
+    'reproduced'
+    >>> judge(Spread((1.0, 1.0, 1.0)), Spread((1.0, 1.0, 1.0)), better="higher", ceiling=1.0)
+    'not tested here (every compared model at the ceiling, 1)'
+    >>> str(judge({"2L": Spread((0.1, 0.2, 0.2)), "8L": Spread((2.0, 2.5, 3.0))},
+    ...           {"2L": Spread((0.5, 0.6, 0.9)), "8L": Spread((1.0, 2.1, 3.1))}, better="lower", what="rise"))
+    'partially reproduced (at 2L; within seed noise at 8L)'
+    """
+    if better not in ("lower", "higher"):
+        raise ValueError(f"better must be 'lower' or 'higher', got {better!r}")
+    lower = better == "lower"
+    margin = _check_measured("margin", margin, 1)
+    tolerance = _check_measured("tolerance", tolerance, 1)
+    if margin < 0 or tolerance < 0:
+        raise ValueError(f"margin and tolerance must be >= 0, got {margin} and {tolerance}")
+    if isinstance(min_seeds, bool) or not isinstance(min_seeds, int) or min_seeds < 1:
+        raise ValueError(f"min_seeds must be a positive integer, got {min_seeds!r}")
+    if isinstance(needs, str) or isinstance(unsolved, str):
+        raise ValueError("needs and unsolved must be lists of model names, not a single string")
+    if ceiling is not None and floor is not None and not (lower and ceiling < floor or not lower and ceiling > floor):
+        raise ValueError(f"the ceiling must be the better end: better={better!r}, got ceiling={ceiling}, floor={floor}")
+    if untested is not None and (not isinstance(untested, str) or not untested.strip()):
+        raise ValueError(f"untested must be the reason in a few words, got {untested!r}")
+    claimed_at, against_at = _conditions("claimed", claimed), _conditions("against", against)
+    if list(against_at) != list(claimed_at):
+        raise ValueError(f"against must have the conditions of claimed, {list(claimed_at)}, got {list(against_at)}")
+    control_at = None if control is None else _conditions("control", control)
+    if control_at is not None and list(control_at) != list(claimed_at):
+        raise ValueError(f"control must have the conditions of claimed, {list(claimed_at)}, got {list(control_at)}")
+    for key in claimed_at:  # every value checked, even where the verdict is decided before it is read
+        where = f" at {key}" if key else ""
+        claimed_at[key] = _check_measured(f"claimed{where}", claimed_at[key], min_seeds)
+        against_at[key] = _check_measured(f"against{where}", against_at[key], min_seeds)
+        if control_at is not None:
+            control_at[key] = _check_measured(f"control{where}", control_at[key], min_seeds)
+    if untested is not None:
+        return Verdict("not tested here", untested.strip())
+    missing = sorted(set(needs) & set(unsolved))
+    if missing:
+        return Verdict("not tested here", f"{' and '.join(missing)} not solved within L")
+
+    outcome: Dict[str, str] = {}
+    why: Dict[str, str] = {}
+    for key, a in claimed_at.items():
+        b = against_at[key]
+        for bound, name in ((ceiling, "ceiling"), (floor, "floor")):
+            if _at_bound([a, b], bound, tolerance):
+                outcome[key], why[key] = "not tested here", f"every compared model at the {name}, {bound:g}"
+                break
+        else:
+            if control_at is None and not isinstance(b, Spread):
+                raise ValueError("a threshold test needs control=, the same measurement on a model without the "
+                                 "mechanism: a test that such a model passes too cannot show the mechanism works")
+            if control_at is not None and not _better(b, control_at[key], lower, 0.0):
+                outcome[key], why[key] = "not tested here", "a model without the mechanism passes the same test"
+            elif _better(a, b, lower, margin):
+                outcome[key] = "reproduced"
+            elif _better(b, a, lower, margin):
+                outcome[key] = "not reproduced"
+            else:
+                outcome[key] = "within seed noise"
+    return _combine(outcome, why, what)
+
+
+def _combine(outcome: Dict[str, str], why: Dict[str, str], what: str) -> Verdict:
+    if list(outcome) == [""]:  # one condition
+        kind = outcome[""]
+        reason = why.get("", what if kind == "within seed noise" else "")
+        return Verdict(kind, reason)
+    tested = {k: v for k, v in outcome.items() if v != "not tested here"}
+    if not tested:
+        reasons = list(dict.fromkeys(why.values()))
+        return Verdict("not tested here", "; ".join(reasons), outcome)
+    groups: Dict[str, List[str]] = {}
+    for key, kind in outcome.items():
+        groups.setdefault(kind, []).append(key)
+
+    def at(kind: str, words: str) -> str:
+        return f"{words} at {', '.join(groups[kind])}" if kind in groups else ""
+
+    kinds = set(tested.values())
+    if kinds == {"reproduced"}:
+        kind = "reproduced"
+    elif "reproduced" in kinds:
+        kind = "partially reproduced"
+    elif kinds == {"not reproduced"}:
+        kind = "not reproduced"
+    else:
+        kind = "within seed noise"
+    parts = [at("reproduced", "") if kind == "partially reproduced" else "",
+             at("not reproduced", "not") if kind in ("partially reproduced", "within seed noise") else "",
+             at("within seed noise", "within seed noise") if kind != "within seed noise" else "",
+             at("not tested here", "not tested")]
+    if kind == "within seed noise" and what:
+        parts.insert(0, what)
+    reason = "; ".join(p.strip() for p in parts if p)
+    return Verdict(kind, reason, outcome)

@@ -1,0 +1,143 @@
+"""Verdicts on published claims: computed from the seed spread, and never decisive without the test's conditions."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import posenc as pe
+from posenc import Spread
+
+values = st.lists(st.floats(-5, 5, allow_nan=False, allow_infinity=False), min_size=3, max_size=6)
+spreads = values.map(lambda v: Spread(tuple(v)))
+
+
+def S(*v):
+    return Spread(tuple(float(x) for x in v))
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=spreads, b=spreads, margin=st.floats(0, 1))
+def test_a_comparison_is_decisive_only_where_the_ranges_separate(a, b, margin):
+    v = pe.judge(a, b, better="lower", margin=margin)
+    if a.high + margin < b.low:
+        assert v == "reproduced" and v.outcome == "reproduced" and v.decisive
+    elif b.high + margin < a.low:
+        assert v == "not reproduced" and v.decisive
+    else:
+        assert v.outcome == "within seed noise" and not v.decisive
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=spreads, b=spreads)
+def test_the_direction_of_the_claim_swaps_the_outcome(a, b):
+    lower, higher = pe.judge(a, b, better="lower"), pe.judge(a, b, better="higher")
+    swap = {"reproduced": "not reproduced", "not reproduced": "reproduced", "within seed noise": "within seed noise"}
+    assert higher.outcome == swap[lower.outcome]
+    assert pe.judge(b, a, better="lower").outcome == higher.outcome
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=values, b=values, bound=st.sampled_from([0.0, 1.0]), better=st.sampled_from(["lower", "higher"]))
+def test_models_at_the_ceiling_or_floor_are_never_ranked(a, b, bound, better):
+    """Whatever the seeds, two models pinned to a bound of the task get 'not tested here'."""
+    at_bound_a, at_bound_b = Spread(tuple(bound for _ in a)), Spread(tuple(bound for _ in b))
+    ceiling, floor = (bound, None) if (better == "higher") == (bound == 1.0) else (None, bound)
+    v = pe.judge(at_bound_a, at_bound_b, better=better, ceiling=ceiling, floor=floor)
+    assert v.outcome == "not tested here" and ("ceiling" in v.reason or "floor" in v.reason)
+
+
+def test_passkey_at_one_against_one_is_not_tested_and_a_gap_below_the_ceiling_is_decided():
+    ones = S(1, 1, 1)
+    assert pe.judge(ones, ones, better="higher", ceiling=1.0) == "not tested here (every compared model at the ceiling, 1)"
+    assert pe.judge(S(0.99, 1, 1), ones, better="higher", ceiling=1.0, tolerance=0.02).outcome == "not tested here"
+    assert pe.judge(ones, S(0.4, 0.5, 0.6), better="higher", ceiling=1.0) == "reproduced"
+    assert pe.judge(S(0.1, 0.12, 0.13), S(0.11, 0.12, 0.16), better="higher", floor=0.125,
+                    tolerance=0.05).outcome == "not tested here"
+
+
+def test_a_threshold_needs_a_control_that_fails_it():
+    flat, broken = S(0.01, 0.015, 0.02), S(0.4, 0.9, 1.3)
+    with pytest.raises(ValueError, match="control"):
+        pe.judge(flat, 0.05, better="lower")
+    assert pe.judge(flat, 0.05, better="lower", control=broken) == "reproduced"
+    v = pe.judge(flat, 0.05, better="lower", control=S(0.01, 0.02, 0.03))
+    assert v.outcome == "not tested here" and "without the mechanism passes" in v.reason
+    # one seed of the control passing is enough to say the task may not need the mechanism
+    assert pe.judge(flat, 0.05, better="lower", control=S(0.04, 0.5, 0.6)).outcome == "not tested here"
+    assert pe.judge(broken, 0.05, better="lower", control=S(0.3, 0.5, 0.6)) == "not reproduced"
+
+
+def test_a_comparison_with_a_control_that_beats_the_baseline_is_not_tested():
+    """YaRN against PI's bar, when plain RoPE (no scaling) already meets the bar, says nothing about YaRN."""
+    yarn, bar, plain = S(0.030, 0.031, 0.033), S(0.035, 0.036, 0.038), S(0.020, 0.022, 0.024)
+    assert pe.judge(yarn, bar, better="lower").outcome == "reproduced"
+    v = pe.judge(yarn, bar, better="lower", control=plain)
+    assert v.outcome == "not tested here" and not v.decisive
+
+
+def test_conditions_combine_into_partially_and_name_where():
+    a = {"2L": S(0.1, 0.2, 0.2), "4L": S(1, 1.1, 1.2), "8L": S(5, 6, 7)}
+    b = {"2L": S(0.5, 0.6, 0.9), "4L": S(1.15, 1.5, 2), "8L": S(3, 4, 4.5)}
+    v = pe.judge(a, b, better="lower", what="rise")
+    assert v == "partially reproduced (at 2L; not at 8L; within seed noise at 4L)"
+    assert v.conditions == {"2L": "reproduced", "4L": "within seed noise", "8L": "not reproduced"}
+    assert pe.judge({"2L": a["2L"]}, {"2L": b["2L"]}, better="lower") == "reproduced"
+    assert pe.judge({"8L": a["8L"]}, {"8L": b["8L"]}, better="lower") == "not reproduced"
+    noise = pe.judge({"4L": a["4L"], "8L": a["8L"]}, {"4L": b["4L"], "8L": b["8L"]}, better="lower", what="rise")
+    assert noise == "within seed noise (rise; not at 8L)"
+
+
+def test_conditions_at_the_ceiling_are_left_out_and_named():
+    ones = S(1, 1, 1)
+    v = pe.judge({"L": ones, "4L": S(0.9, 0.95, 1)}, {"L": ones, "4L": S(0.3, 0.4, 0.5)}, better="higher", ceiling=1.0)
+    assert v == "reproduced (not tested at L)" and v.conditions["L"] == "not tested here"
+    v = pe.judge({"L": ones, "4L": ones}, {"L": ones, "4L": ones}, better="higher", ceiling=1.0)
+    assert v.outcome == "not tested here" and v.reason == "every compared model at the ceiling, 1"
+
+
+def test_untested_and_unsolved_come_first_and_say_why():
+    a, b = S(0.1, 0.1, 0.2), S(0.5, 0.6, 0.7)
+    v = pe.judge(a, b, better="lower", untested="the task needs only the last two tokens")
+    assert v == "not tested here (the task needs only the last two tokens)" and v.reason.startswith("the task")
+    assert pe.judge(a, b, better="lower", needs=["gated"], unsolved=["gated", "x"]) == \
+        "not tested here (gated not solved within L)"
+    assert pe.judge(a, b, better="lower", needs=["gated"], unsolved=["x"]) == "reproduced"
+
+
+def test_verdict_is_the_text_a_page_prints():
+    v = pe.Verdict("not tested here", "L too short")
+    assert isinstance(v, str) and v == "not tested here (L too short)" and v.sentence() == "Not tested here (L too short)"
+    assert pe.Verdict("reproduced").sentence() == "Reproduced"
+    with pytest.raises(ValueError, match="outcome"):
+        pe.Verdict("sort of")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(better="smaller"), "better"),
+    (dict(margin=-0.1), "margin"),
+    (dict(tolerance=float("nan")), "tolerance"),
+    (dict(min_seeds=0), "min_seeds"),
+    (dict(needs="gated"), "lists"),
+    (dict(untested=""), "untested"),
+    (dict(ceiling=0.0, floor=1.0), "ceiling must be the better end"),
+])
+def test_bad_options_are_refused(kwargs, match):
+    kw = dict(better="higher")
+    kw.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        pe.judge(S(1, 2, 3), S(4, 5, 6), **kw)
+
+
+def test_bad_measurements_are_refused():
+    with pytest.raises(ValueError, match="at least 3 seeds"):
+        pe.judge(S(1, 2), S(4, 5, 6), better="lower")
+    with pytest.raises(ValueError, match="not finite"):
+        pe.judge(S(1, 2, float("nan")), S(4, 5, 6), better="lower")
+    with pytest.raises(ValueError, match="Spread over seeds or a finite number"):
+        pe.judge([1, 2, 3], S(4, 5, 6), better="lower")
+    with pytest.raises(ValueError, match="conditions of claimed"):
+        pe.judge({"2L": S(1, 2, 3)}, {"4L": S(4, 5, 6)}, better="lower")
+    with pytest.raises(ValueError, match="conditions of claimed"):
+        pe.judge({"2L": S(1, 2, 3)}, {"2L": S(4, 5, 6)}, better="lower", control={"8L": S(1, 1, 1)})
+    with pytest.raises(ValueError, match="control at 2L"):  # checked even where the verdict is decided earlier
+        pe.judge({"2L": S(1, 2, 3)}, {"2L": S(4, 5, 6)}, better="lower", control={"2L": S(1, 1)}, untested="x")
