@@ -19,7 +19,8 @@ def reference(q, k, v, rel, allowed, base=10000.0, interleaved=False, rotary_dim
     r = d if rotary_dim is None else rotary_dim
     n_q = q.shape[2]
     kk = k[:, :, None].expand(-1, -1, n_q, -1, -1)  # (b, h, i, j, d)
-    rot = pe.apply_rope(kk[..., :r], -rel.to(torch.float64), base, interleaved)
+    # (1, i, j): relative positions per pair, right-aligned (2-D positions of a 5-D x would be (batch, seq))
+    rot = pe.apply_rope(kk[..., :r], -rel.to(torch.float64)[None], base, interleaved)
     kk = torch.cat((rot, kk[..., r:]), dim=-1)
     scores = torch.einsum("bhid,bhijd->bhij", q, kk) / math.sqrt(d)
     w = scores.masked_fill(~allowed, float("-inf")).softmax(-1)

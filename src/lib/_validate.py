@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import numbers
 import operator
 import sys
 import types
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -83,6 +84,69 @@ def check_device(device: Any, default: Optional[torch.device] = None) -> Optiona
         raise ValueError(f"device must be a torch.device or a name like 'cpu' or 'cuda:0', got {device!r}") from None
 
 
+def one_of(name: str, value: Any, choices: Sequence[str], *, also: str = "") -> str:
+    """``value`` as the member of ``choices`` it names, else ``ValueError`` ("did you mean ...?" for a near miss).
+
+    Case and ``-`` / ``_`` do not matter (``"RoPE"`` is ``"rope"``, ``"p-rope"``
+    is ``"p_rope"``). ``also`` completes "must be one of (...)" with what else
+    is accepted.
+
+    >>> one_of("position", "ALiBi", ("rope", "alibi"))
+    'alibi'
+    >>> one_of("position", "alibbi", ("rope", "alibi"))
+    Traceback (most recent call last):
+    ...
+    ValueError: position must be one of ('rope', 'alibi'), got 'alibbi'; did you mean 'alibi'?
+    """
+    choices = tuple(choices)
+    if isinstance(value, str):
+        if value in choices:
+            return value
+        folded = {_folded(c): c for c in choices}
+        if _folded(value) in folded:
+            return folded[_folded(value)]
+        near = difflib.get_close_matches(_folded(value), list(folded), n=1, cutoff=0.6)
+        hint = f"; did you mean {folded[near[0]]!r}?" if near else ""
+    else:
+        hint = ""
+    raise ValueError(f"{name} must be one of {choices}{also}, got {value!r}{hint}")
+
+
+def _folded(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+#: Memory orders of queries, keys and values: ``"bhsd"`` ``(batch, heads, seq, head_dim)``, the library's,
+#: and ``"bshd"`` ``(batch, seq, heads, head_dim)`` (what ``x.view(b, n, h, d)`` of a projection gives).
+LAYOUTS: Tuple[str, ...] = ("bhsd", "bshd")
+
+
+def check_layout(layout: Any) -> str:
+    """``layout`` as one of :data:`LAYOUTS`, else ``ValueError``."""
+    return one_of("layout", layout, LAYOUTS, also=" ('bhsd': (batch, heads, seq, head_dim); 'bshd': "
+                  "(batch, seq, heads, head_dim))")
+
+
+def check_stacked_qk(scheme: Any, qk: Any, positions: Any = None) -> None:
+    """For a bound scheme's rotations: raise ``ValueError`` unless ``qk`` is ``(2, batch, n_heads, seq, head_dim)``
+    of its model's sizes and ``positions`` (if given) ``(batch, seq)`` or ``(seq,)``.
+
+    The layout cannot be read off a shape in general, but the model's sizes
+    catch queries and keys passed as ``(2, batch, seq, heads, head_dim)``.
+    """
+    name, heads, head_dim = type(scheme).__name__, scheme.n_heads, scheme.head_dim
+    shape = tuple(qk.shape) if isinstance(qk, torch.Tensor) else None
+    if shape is None or len(shape) != 5 or shape[0] != 2 or shape[2] != heads or shape[4] != head_dim:
+        got = shape if shape is not None else type(qk).__name__
+        hint = (" (is it (2, batch, seq, heads, head_dim)? transpose seq and heads: qk.transpose(2, 3))"
+                if shape is not None and len(shape) == 5 and shape[3] == heads != shape[2] else "")
+        raise ValueError(f"{name}.rotate expects queries and keys stacked as (2, batch, heads={heads}, seq, "
+                         f"head_dim={head_dim}), got {got}{hint}")
+    if positions is not None and tuple(getattr(positions, "shape", ())) not in ((shape[1], shape[3]), (shape[3],)):
+        raise ValueError(f"{name}.rotate: positions must be (batch, seq) = {(shape[1], shape[3])} or (seq,) ids "
+                         f"for qk of shape {shape}, got {getattr(positions, 'shape', type(positions).__name__)}")
+
+
 def make_module_callable(module_name: str, function: Callable[..., Any]) -> None:
     """Make the module ``module_name`` callable as ``function``.
 
@@ -153,19 +217,22 @@ def _align_positions(pos: torch.Tensor, batch: Sequence[int], length: int, what:
     """``pos`` (from :func:`_real_tensor`) shaped to broadcast over ``x`` of shape ``(*batch, length, dim)``.
 
     The rule of the library: ``(length,)`` is shared by every row; a 2-D
-    ``(batch, length)`` of a 4-D ``x (batch, heads, seq, dim)`` is viewed as
-    ``(batch, 1, length)`` (the same positions for every head); any other shape
+    ``(batch, length)`` of a 4-D ``x (batch, heads, seq, dim)``, or of a 5-D
+    ``x (2, batch, heads, seq, dim)`` (queries and keys stacked, as a scheme's
+    ``rotate`` hook receives them), is viewed as ``(batch, 1, length)`` (the
+    same positions for every head, and for queries and keys; also when
+    ``batch == heads``); any other shape
     must have at most ``x.ndim - 1`` dimensions, each 1 or equal to ``x``'s
     (right-aligned): positions never broadcast ``x`` to a larger output.
     """
     if pos.ndim == 0 or pos.shape[-1] != length:
         got = "a single number" if pos.ndim == 0 else f"shape {tuple(pos.shape)}"
         raise ValueError(f"positions must be ({length},) or (..., {length}), ending in the {what} {length}; got {got}")
-    aligned = pos[:, None] if pos.ndim == 2 and len(batch) == 2 else pos
+    aligned = pos[:, None] if pos.ndim == 2 and len(batch) in (2, 3) else pos  # (batch, 1, length)
     fits = aligned.ndim <= len(batch) + 1
     if not fits or any(p not in (1, s) for p, s in zip(aligned.shape[:-1], batch[len(batch) + 1 - aligned.ndim:])):
         raise ValueError(f"positions of shape {tuple(pos.shape)} do not fit {name} of shape "
                          f"{(*batch, length)} + (dim,): expected ({length},), (batch, {length}) for a 4-D {name} "
-                         f"(batch, heads, seq, dim), or at most {len(batch) + 1} dims, each 1 or the size of "
-                         f"{name}'s (positions never enlarge {name})")
+                         f"(batch, heads, seq, dim) or a 5-D {name} (2, batch, heads, seq, dim), or at most "
+                         f"{len(batch) + 1} dims, each 1 or the size of {name}'s (positions never enlarge {name})")
     return aligned

@@ -33,8 +33,8 @@ from typing import Any, Literal, Optional, Tuple, Union, overload
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_float_dtype as _float_dtype, check_int, check_number
-from ._validate import make_module_callable
+from ._validate import check_float_dtype as _float_dtype, check_int, check_layout, check_number
+from ._validate import make_module_callable, one_of
 from ._flex import _FLEX, _flex_available, _path_flex
 from ._fused_alibi import _path_fold, _path_key_bias, key_bias_available
 from .autotune import choose_fastest, length_bucket
@@ -58,6 +58,14 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"q and k must share a head_dim >= 1; got {q.shape[-1]} and {k.shape[-1]}")
     if q.shape[2] > k.shape[2]:
         raise ValueError(f"q_len ({q.shape[2]}) must be <= k_len ({k.shape[2]}): queries are the last key positions")
+
+
+def _bhsd(q: Any, k: Any, v: Any) -> Tuple[torch.Tensor, ...]:
+    """``q``, ``k``, ``v`` of ``layout="bshd"``, ``(batch, seq, heads, head_dim)``, viewed in the library's order."""
+    if not all(isinstance(t, torch.Tensor) and t.ndim == 4 for t in (q, k, v)):
+        raise ValueError("layout='bshd' expects q, k, v of shape (batch, seq, heads, head_dim), got "
+                         f"{', '.join(str(tuple(getattr(t, 'shape', ()))) for t in (q, k, v))}")
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def _check_trailing(name: str, t: Any, q: torch.Tensor, k_len: int, floating: bool) -> torch.Tensor:
@@ -125,18 +133,20 @@ def combine_bias_and_mask(bias: Optional[torch.Tensor], mask: Optional[torch.Ten
 @overload
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Optional[torch.Tensor] = ...,
               mask: Optional[torch.Tensor] = ..., causal: bool = ..., scale: Optional[float] = ...,
-              return_weights: Literal[False] = ...) -> torch.Tensor: ...
+              return_weights: Literal[False] = ..., layout: str = ...) -> torch.Tensor: ...
 @overload
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Optional[torch.Tensor] = ...,
               mask: Optional[torch.Tensor] = ..., causal: bool = ..., scale: Optional[float] = ...,
-              return_weights: Literal[True]) -> Tuple[torch.Tensor, torch.Tensor]: ...
+              return_weights: Literal[True], layout: str = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Optional[torch.Tensor] = ...,
               mask: Optional[torch.Tensor] = ..., causal: bool = ..., scale: Optional[float] = ...,
-              return_weights: bool = ...) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
+              return_weights: bool = ..., layout: str = ...
+              ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
               mask: Optional[torch.Tensor] = None, causal: bool = True, scale: Optional[float] = None,
-              return_weights: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+              return_weights: bool = False, layout: str = "bhsd",
+              ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Scaled dot-product attention with an optional position bias and mask.
 
     Args:
@@ -152,6 +162,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Option
         scale: multiplier of ``q . k``; default ``1 / sqrt(head_dim)``.
         return_weights: also return the ``(batch, heads, q_len, k_len)``
             attention probabilities (computed explicitly; slower).
+        layout: ``"bhsd"`` (the shapes above) or ``"bshd"``: ``q``, ``k``,
+            ``v`` and the output are ``(batch, seq, heads, head_dim)``; bias,
+            mask and weights keep their ``(heads, q_len, k_len)`` order. The
+            layout cannot be read off the shapes: a ``(batch, seq, heads,
+            head_dim)`` tensor passed as ``"bhsd"`` without a bias attends
+            across heads instead of positions, without an error.
 
     Returns:
         ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
@@ -164,6 +180,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Option
         ValueError: for other shapes, dtypes (integer, mixed) or devices than
             described above, or a non-finite ``scale``.
     """
+    if check_layout(layout) == "bshd":  # to the library's order and back
+        out = attention(*_bhsd(q, k, v), bias=bias, mask=mask, causal=causal, scale=scale,
+                        return_weights=return_weights)
+        return (out[0].transpose(1, 2), out[1]) if isinstance(out, tuple) else out.transpose(1, 2)
     _check_qkv(q, k, v)
     q_len, k_len = q.shape[2], k.shape[2]
     causal, return_weights = _flag("causal", causal), _flag("return_weights", return_weights)
@@ -461,22 +481,22 @@ def _pick_path(q, k, slopes, distance_bias, window) -> str:
 @overload
 def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes: Optional[torch.Tensor] = ...,
                        distance_bias: Optional[torch.Tensor] = ..., window: Optional[int] = ...,
-                       scale: Optional[float] = ..., path: str = ...,
+                       scale: Optional[float] = ..., path: str = ..., layout: str = ...,
                        return_weights: Literal[False] = ...) -> torch.Tensor: ...
 @overload
 def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes: Optional[torch.Tensor] = ...,
                        distance_bias: Optional[torch.Tensor] = ..., window: Optional[int] = ...,
-                       scale: Optional[float] = ..., path: str = ...,
+                       scale: Optional[float] = ..., path: str = ..., layout: str = ...,
                        return_weights: Literal[True]) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes: Optional[torch.Tensor] = ...,
                        distance_bias: Optional[torch.Tensor] = ..., window: Optional[int] = ...,
-                       scale: Optional[float] = ..., path: str = ...,
+                       scale: Optional[float] = ..., path: str = ..., layout: str = ...,
                        return_weights: bool = ...) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
 def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes: Optional[torch.Tensor] = None,
                        distance_bias: Optional[torch.Tensor] = None, window: Optional[int] = None,
                        scale: Optional[float] = None, path: str = "auto", return_weights: bool = False,
-                       ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+                       layout: str = "bhsd") -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Causal attention with a bias that depends only on the distance ``i - j``.
 
     .. math::
@@ -532,6 +552,9 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
         path: one of :data:`ATTENTION_PATHS`.
         return_weights: also return the ``(batch, heads, q_len, k_len)``
             weights (uses ``"naive"``).
+        layout: ``"bhsd"`` (the shapes above) or ``"bshd"``: ``q``, ``k``,
+            ``v`` and the output are ``(batch, seq, heads, head_dim)``, as in
+            :func:`attention` (the layout cannot be read off the shapes).
 
     Returns:
         ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``. A query
@@ -550,9 +573,12 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
     >>> bool((fast - slow).abs().max() < 1e-4)
     True
     """
+    if check_layout(layout) == "bshd":  # to the library's order and back
+        out = relative_attention(*_bhsd(q, k, v), slopes=slopes, distance_bias=distance_bias, window=window,
+                                 scale=scale, path=path, return_weights=return_weights)
+        return (out[0].transpose(1, 2), out[1]) if isinstance(out, tuple) else out.transpose(1, 2)
     slopes, distance_bias, window = _relative_inputs(q, k, v, slopes, distance_bias, window)
-    if not isinstance(path, str) or path not in ATTENTION_PATHS:
-        raise ValueError(f"path must be one of {ATTENTION_PATHS}, got {path!r}")
+    path = one_of("path", path, ATTENTION_PATHS)
     q, scale = _scaled(q, scale)
     if _flag("return_weights", return_weights) and path not in ("auto", "naive"):
         raise ValueError(f"return_weights needs the explicit path 'naive', not {path!r}")

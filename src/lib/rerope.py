@@ -29,7 +29,8 @@ from typing import Optional, Tuple
 import torch
 
 from ._validate import _float_tensor, check_bool, check_int, check_number
-from .rotary import _cos_sin_tables, _rotate, rope_frequencies
+from ._rotation import _rotate
+from .rotary import _cos_sin_tables, rope_frequencies
 
 __all__ = ["rerope_positions", "self_extend_positions", "rerope_attention", "self_extend_attention",
            "streaming_attention"]

@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from ._validate import check_bool, check_int, check_number
+from ._validate import check_bool, check_int, check_number, check_stacked_qk
 from .extend import RopeScaling, rope_scaling
 from .rerope import rerope_attention, self_extend_attention, streaming_attention
 from . import rotary as _rotary
@@ -134,6 +134,7 @@ class RoPE(PositionScheme):
 
     def rotate(self, qk: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         self._require_bound(self._rotary)
+        check_stacked_qk(self, qk, positions)
         if positions is not None:  # (batch, seq) ids; a rule that depends on the length sees max id + 1
             rotary = self._rotary_at(int(positions.max()) + 1)
             head = qk[..., :self.rotary_dim]

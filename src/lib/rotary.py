@@ -26,13 +26,10 @@ positions up to millions keep their precision; cos/sin are cast to ``x.dtype``
 only at the end.
 
 Inputs: ``x``, ``q``, ``k`` are floating-point tensors (NumPy arrays are
-converted; integer or boolean ones raise ``ValueError``). Positions are
-integers or finite floats, shaped ``(seq,)`` (every row), ``(batch, seq)`` for
-a 4-D ``(batch, heads, seq, dim)`` tensor (the same positions for every head:
-viewed as ``(batch, 1, seq)``, also when ``batch == heads``), or with at most
-``x.ndim - 1`` dimensions, each 1 or the size of ``x``'s (right-aligned, e.g.
-``(batch, heads, seq)`` for per-head positions); positions never broadcast
-``x`` to a larger output. Anything else raises ``ValueError``.
+converted). Positions are integers or finite floats: ``(seq,)``, ``(batch,
+seq)`` for a 4-D ``(batch, heads, seq, dim)`` or stacked ``(2, batch, heads,
+seq, dim)`` tensor (every head alike), or right-aligned with ``x`` without
+enlarging it (``(batch, heads, seq)``: per head). Anything else raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -47,7 +44,8 @@ from torch import nn
 from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
 from ._validate import _align_positions, _float_tensor, _real_tensor, _tensor
-from ._validate import check_bool, check_even_dim, check_int, check_number
+from ._validate import check_bool, check_even_dim, check_int, check_layout, check_number
+from ._rotation import _rotate
 
 __all__ = [
     "rope_frequencies",
@@ -198,55 +196,6 @@ def rope_cos_sin(
                            _device(device, pos.device))
 
 
-def _pairs(dim: int, interleaved: bool) -> Tuple[slice, slice]:
-    """The first and second channels of the pairs: even and odd ones, or the two halves."""
-    if interleaved:
-        return slice(0, None, 2), slice(1, None, 2)
-    return slice(0, dim // 2), slice(dim // 2, None)
-
-
-def _turned(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
-            transposed: bool = False) -> torch.Tensor:
-    """``a' = a cos - b sin``, ``b' = b cos + a sin`` in one new tensor (the sine terms added in place);
-    ``transposed``: ``a' = a cos + b sin``, ``b' = b cos - a sin``, each sine taken at the other channel of its pair."""
-    a, b = _pairs(x.shape[-1], interleaved)
-    out = x * cos  # (..., seq, dim), the broadcast shape
-    sign = 1 if transposed else -1
-    out[..., a].addcmul_(x[..., b], sin[..., b] if transposed else sin[..., a], value=sign)
-    out[..., b].addcmul_(x[..., a], sin[..., a] if transposed else sin[..., b], value=-sign)
-    return out
-
-
-class _Rotation(torch.autograd.Function):
-    """The rotation; its backward is the transpose, ``grad_a = g_a cos + g_b sin_b``, ``grad_b = g_b cos - g_a sin_a``:
-    three element-wise operations, where autograd through the in-place form copies each updated slice and
-    rebuilds the gradient from zeroed tensors."""
-
-    @staticmethod
-    def forward(ctx, x, cos, sin, interleaved):
-        ctx.save_for_backward(cos, sin)
-        ctx.interleaved = interleaved
-        return _turned(x, cos, sin, interleaved)
-
-    @staticmethod
-    def backward(ctx, grad):
-        cos, sin = ctx.saved_tensors
-        return _turned(grad, cos, sin, ctx.interleaved, transposed=True), None, None, None
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
-    """``x * cos + turn(x) * sin``, ``turn`` mapping each channel pair ``(a, b)`` to ``(-b, a)``.
-
-    One new tensor instead of the five of the direct form: the sine terms are added in place to the two
-    halves (or the even and odd channels) of ``x * cos``. When ``x`` alone needs a gradient (and is not
-    broadcast), the backward pass is the transposed rotation (:class:`_Rotation`).
-    """
-    if (torch.is_grad_enabled() and x.requires_grad and not (cos.requires_grad or sin.requires_grad)
-            and torch.broadcast_shapes(x.shape, cos.shape, sin.shape) == x.shape):
-        return _Rotation.apply(x, cos, sin, interleaved)
-    return _turned(x, cos, sin, interleaved)
-
-
 def apply_rope(
     x: torch.Tensor,
     positions: Optional[torch.Tensor] = None,
@@ -254,6 +203,7 @@ def apply_rope(
     interleaved: bool = False,
     *,
     inv_freq: Optional[torch.Tensor] = None,
+    layout: str = "bhsd",
 ) -> torch.Tensor:
     """Rotate the last dimension of ``x`` by its positions (RoFormer Eq. 34).
 
@@ -262,20 +212,31 @@ def apply_rope(
 
     Args:
         x: ``(..., seq, dim)`` floating-point queries or keys (``dim`` even),
-            e.g. ``(batch, heads, seq, head_dim)``.
-        positions: ``(seq,)``, ``(batch, seq)`` (4-D ``x``: every head alike)
-            or broadcastable to ``x.shape[:-1]`` without enlarging ``x`` (the
-            module docstring has the rule); default ``0 .. seq-1``. Fractional
-            positions are allowed (position interpolation).
+            e.g. ``(batch, heads, seq, head_dim)``, or both stacked as
+            ``(2, batch, heads, seq, head_dim)`` (a scheme's ``rotate`` hook).
+        positions: ``(seq,)``, ``(batch, seq)`` (4-D or stacked 5-D ``x``:
+            every head alike) or broadcastable to ``x.shape[:-1]`` without
+            enlarging ``x`` (the module docstring has the rule); default
+            ``0 .. seq-1``. Fractional positions are allowed (position interpolation).
         base: RoPE base (10000 in RoFormer; Llama 3 uses 500000).
         interleaved: pair channels ``(2i, 2i+1)`` (RoFormer) instead of
             ``(i, i + dim/2)`` (GPT-NeoX / Llama).
         inv_freq: custom frequencies, overriding ``base``.
+        layout: ``"bhsd"`` (``x`` ends in ``(seq, dim)``) or ``"bshd"`` (``x`` is
+            ``(..., seq, heads, dim)``). It cannot be read off the shape: a ``(batch,
+            seq, heads, dim)`` tensor passed as ``"bhsd"`` is rotated wrongly, silently.
 
     Returns:
         tensor of the same shape and dtype as ``x``.
+
+    A scheme of your own rotates with explicit ids the same way: see
+    :meth:`posenc.PositionScheme.rotate`.
     """
     x = _float_tensor(x, "x")
+    if check_layout(layout) == "bshd":  # rotated as (..., heads, seq, dim), and back
+        if x.ndim < 3:
+            raise ValueError(f"layout='bshd' expects x of shape (..., seq, heads, dim), got {tuple(x.shape)}")
+        return apply_rope(x.transpose(-3, -2), positions, base, interleaved, inv_freq=inv_freq).transpose(-3, -2)
     if x.ndim < 2:
         raise ValueError(f"apply_rope expects x of shape (..., seq, dim), got {tuple(x.shape)}")
     seq, dim = x.shape[-2], x.shape[-1]

@@ -337,6 +337,17 @@ class PositionScheme(nn.Module):
         Query ``i`` and key ``j`` are at positions ``i`` and ``j`` of the
         sequence (self-attention, equal lengths), or at ``positions[b, i]`` and
         ``positions[b, j]`` when ids are given (``(batch, seq)`` int64).
+        :func:`posenc.apply_rope` takes the stacked tensor and the ids as they come:
+
+        >>> import posenc as pe
+        >>> class MyRoPE(pe.PositionScheme):
+        ...     def rotate(self, qk, positions=None):    # qk: (2, batch, heads, seq, head_dim)
+        ...         return pe.apply_rope(qk, positions, base=500.0)  # positions: None or (batch, seq)
+        >>> qk = torch.randn(2, 3, 4, 5, 8)              # batch 3, heads 4, seq 5, head_dim 8
+        >>> ids = torch.tensor([[0, 1, 2, 3, 4], [0, 2, 4, 6, 8], [7, 8, 9, 10, 11]])
+        >>> out = MyRoPE().rotate(qk, ids)                # TinyLM(position=MyRoPE())(idx, positions=ids)
+        >>> torch.allclose(out[1, 2], pe.apply_rope(qk[1, 2], ids[2], base=500.0))  # keys of row 2 at its ids
+        True
         """
         return qk
 

@@ -43,9 +43,10 @@ import torch.nn as nn
 
 from ._validate import check_device as _device
 from ._validate import _align_positions, _float_tensor, _real_tensor
-from ._validate import check_bool, check_even_dim, check_int, check_number
+from ._validate import check_bool, check_even_dim, check_int, check_number, check_stacked_qk
 from .masks import check_lengths, relative_positions
-from .rotary import _check_base, _cos_sin_tables, _rotate, rope_frequencies
+from ._rotation import _rotate
+from .rotary import _check_base, _cos_sin_tables, rope_frequencies
 from .scheme import PositionScheme, register_scheme
 
 __all__ = [
@@ -486,6 +487,7 @@ class XPosRotation(PositionScheme):
 
     def rotate(self, qk: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         self._require_bound(self._xpos)
+        check_stacked_qk(self, qk, positions)
         if positions is not None:  # (batch, seq) ids
             return torch.stack(self._xpos(qk[0], qk[1], positions))
         return self._xpos.rotate_stacked(qk)
