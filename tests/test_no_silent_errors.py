@@ -291,6 +291,34 @@ def test_the_meta_device_is_refused_clearly():
         model(torch.zeros(1, 4, dtype=torch.long, device="meta"))
 
 
+@pytest.mark.parametrize("position, options", [("learned", dict(max_len=16)), ("sandwich", {}), ("rope", {})])
+def test_a_model_on_the_meta_device_says_so(position, options):
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="this model is on the meta device .*to_empty"):
+        tiny(position, **options).to("meta")(idx)
+    with pytest.raises(ValueError, match="this model is on the meta device"):
+        tiny(position, **options).to("meta").attention_inputs(idx)
+    with pytest.raises(ValueError, match="TinyLM cannot be built on the meta device"):
+        with torch.device("meta"):
+            tiny(position, **options)
+
+
+def test_integer_features_markov_ids_and_huge_tables_are_refused_clearly():
+    with pytest.raises(ValueError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        pe.elu_plus_one(torch.tensor([1, 2]))
+    chain = pe.MarkovChain(4, order=1, seed=0)
+    x, y = chain.batch(2, 6, torch.Generator().manual_seed(0))
+    assert chain.optimal_nll(x, y).shape == (2, 6)
+    with pytest.raises(ValueError, match=r"ids in \[0, 4\), got 0 to 4"):
+        chain.optimal_nll(torch.tensor([[0, 1, 2, 3]]), torch.tensor([[1, 2, 3, 4]]))  # an IndexError before
+    with pytest.raises(ValueError, match=r"ids in \[0, 4\), got -1 to 2"):  # a silently wrong loss before (row -1)
+        chain.optimal_nll(torch.tensor([[-1, 0, 1]]), torch.tensor([[0, 1, 2]]))
+    with pytest.raises(ValueError, match="integer token ids"):
+        chain.optimal_nll(x.float(), y.float())
+    with pytest.raises(ValueError, match=r"4294967296 float64 probabilities, 32 GiB \(max 2\*\*24"):
+        pe.MarkovChain(vocab_size=65536, order=1)  # refused before allocating it
+
+
 def test_numpy_and_tensor_integers_are_accepted_everywhere():
     task = pe.PasskeyRetrieval(np.int64(2), np.int64(10), torch.tensor(4))
     assert task.config == pe.PasskeyRetrieval(2, 10, 4).config and type(task.key_len) is int

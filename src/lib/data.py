@@ -75,6 +75,7 @@ IGNORE_INDEX = -100
 CHARS = "\n" + "".join(chr(c) for c in range(32, 127))
 
 _SPLITS = ("train", "validation")
+_IDS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)  # dtypes of token ids
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
@@ -116,31 +117,30 @@ def _dirichlet_log_space(rng: np.random.RandomState, alpha: float, rows: int, si
 class MarkovChain:
     """A random order-``k`` Markov chain over ``vocab_size`` tokens (an n-gram source).
 
-    For every context ``c = (x_{t-k}, ..., x_{t-1})`` the next-token
-    distribution ``P(. | c)`` is drawn once from a symmetric Dirichlet
-    distribution with concentration ``alpha`` (NumPy's ``RandomState(seed)``,
-    whose stream is stable across versions); small ``alpha`` makes each
-    context predict a few tokens sharply. Sequences start from a uniformly
-    random context. The best achievable loss is the entropy rate
-    (:meth:`entropy_rate`): a model that attends to the last ``k`` tokens and
-    nothing else is optimal, so the task rewards *local* attention.
+    For every context ``c = (x_{t-k}, ..., x_{t-1})`` the next-token distribution ``P(. | c)`` is drawn once
+    from a symmetric Dirichlet distribution with concentration ``alpha`` (NumPy's ``RandomState(seed)``, whose
+    stream is stable across versions); small ``alpha`` makes each context predict a few tokens sharply.
+    Sequences start from a uniformly random context. The best achievable loss is the entropy rate
+    (:meth:`entropy_rate`): a model that attends to the last ``k`` tokens and nothing else is optimal, so the
+    task rewards *local* attention.
 
     Args:
-        vocab_size: number of tokens ``V`` (``V**order`` contexts; at most 2**20).
+        vocab_size: number of tokens ``V`` (at most 2**20 contexts ``V**order``, 2**24 probabilities ``V**(order+1)``).
         order: ``k >= 1``.
         alpha: Dirichlet concentration (> 0).
         seed: fixes the transition table.
 
-    ``batch`` returns ``targets[:, t] = inputs[:, t + 1]`` of one chain of
-    ``seq_len + 1`` tokens. ``split`` is accepted for a common interface (both
-    splits sample the same chain; pass different generators).
+    ``batch`` returns ``targets[:, t] = inputs[:, t + 1]`` of one chain of ``seq_len + 1`` tokens. ``split``
+    is accepted for a common interface (both splits sample the same chain; pass different generators).
     """
 
     def __init__(self, vocab_size: int = 16, order: int = 2, alpha: float = 0.1, seed: int = 0) -> None:
         vocab_size, order, seed = (check_int(name, value, low) for name, value, low in
                                    (("vocab_size", vocab_size, 2), ("order", order, 1), ("seed", seed, 0)))
-        if vocab_size ** order > 2 ** 20:
-            raise ValueError(f"vocab_size**order = {vocab_size ** order} contexts is too many (max 2**20)")
+        if (entries := vocab_size ** (order + 1)) > 2 ** 24 or vocab_size ** order > 2 ** 20:  # before NumPy allocates
+            raise ValueError(f"vocab_size={vocab_size}, order={order}: {vocab_size ** order} contexts (max 2**20), a "
+                             f"table of {entries} float64 probabilities, {8 * entries / 2 ** 30:.3g} GiB (max 2**24, "
+                             "0.125 GiB), is too many: use a smaller vocab_size or order")
         alpha = check_number("alpha", alpha, 0.0)
         self.vocab_size, self.order, self.alpha, self.seed = vocab_size, order, float(alpha), seed
         rng = np.random.RandomState(seed)
@@ -195,26 +195,27 @@ class MarkovChain:
     def optimal_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The loss of the true chain: ``-log P(targets[:, t] | inputs[:, :t+1])``.
 
-        The best any model can do on these very sequences, position by
-        position. Once ``k`` tokens have been seen the context is known and the
-        probability is read off :attr:`transitions`; before that, the unseen
-        starting context (uniform over ``V**k``) is averaged out exactly by
-        Bayes' rule.
+        The best any model can do on these very sequences, position by position. Once ``k`` tokens have
+        been seen the context is known and the probability is read off :attr:`transitions`; before that,
+        the unseen starting context (uniform over ``V**k``) is averaged out exactly by Bayes' rule.
 
         Args:
-            inputs, targets: ``(batch, seq)`` from :meth:`batch`
-                (``targets`` = ``inputs`` shifted by one).
+            inputs, targets: ``(batch, seq)`` ids from :meth:`batch` (``targets`` = ``inputs`` shifted by one).
 
         Returns:
             ``(batch, seq)`` float64 negative log-likelihoods in nats.
         """
-        if inputs.ndim != 2 or inputs.shape != targets.shape:
-            raise ValueError(f"inputs and targets must be (batch, seq) of one shape, got "
-                             f"{tuple(inputs.shape)} and {tuple(targets.shape)}")
+        pair = (inputs, targets)
+        if not all(isinstance(t, torch.Tensor) and t.ndim == 2 and t.dtype in _IDS and not t.is_meta for t in pair) \
+                or inputs.shape != targets.shape:
+            raise ValueError("inputs and targets must be (batch, seq) integer token ids of one shape (not on meta), "
+                             f"got {[(tuple(getattr(t, 'shape', ())), getattr(t, 'dtype', type(t))) for t in pair]}")
         if not torch.equal(inputs[:, 1:], targets[:, :-1]):
             raise ValueError("targets must be the inputs shifted by one token (a batch of this chain)")
         v, k = self.vocab_size, self.order
         x = torch.cat([inputs[:, :1], targets], dim=1).long()  # (B, n+1): x_0 .. x_n
+        if bool(((x < 0) | (x >= v)).any()):  # all ids of inputs and targets: no IndexError, no id read from the end
+            raise ValueError(f"inputs and targets must be ids in [0, {v}), got {int(x.min())} to {int(x.max())}")
         b, n1 = x.shape
         logp = self.transitions.log()  # (V^k, V)
         out = torch.empty(b, n1 - 1, dtype=torch.float64)
@@ -244,10 +245,9 @@ class MarkovChain:
     def entropy_rate(self) -> float:
         """Entropy rate in nats: the lowest mean loss any model can reach.
 
-        ``H = sum_c pi(c) H(P(. | c))`` with ``pi`` the stationary distribution
-        of contexts (power iteration on the chain of contexts). Sequences start
-        from uniformly random contexts; with ``alpha`` well below 1 the chain
-        mixes within a few tokens, so the loss of long sequences approaches ``H``.
+        ``H = sum_c pi(c) H(P(. | c))`` with ``pi`` the stationary distribution of contexts (power iteration
+        on the chain of contexts). Sequences start from uniformly random contexts; with ``alpha`` well below
+        1 the chain mixes within a few tokens, so the loss of long sequences approaches ``H``.
         """
         v, k = self.vocab_size, self.order
         p = self.transitions  # (V^k, V)

@@ -43,7 +43,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_int
+from ._validate import _float_tensor, check_int
 from .masks import _LAYOUT, _as_tensor, _check_tensors, _flag
 from .rotary import apply_rope
 
@@ -85,8 +85,11 @@ def elu_plus_one(x: torch.Tensor) -> torch.Tensor:
 
     >>> elu_plus_one(torch.tensor([-1.0, 0.0, 2.0])).tolist()  # doctest: +ELLIPSIS
     [0.367..., 1.0, 3.0]
+
+    Raises ``ValueError`` for an integer or boolean tensor (``exp`` of an
+    integer has no integer value: convert it, e.g. ``x.float()``).
     """
-    return F.elu(x) + 1.0
+    return F.elu(_float_tensor(x, "x")) + 1.0
 
 
 def relu_feature(x: torch.Tensor) -> torch.Tensor:
