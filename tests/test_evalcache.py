@@ -46,7 +46,7 @@ def test_a_second_evaluation_is_served_from_the_cache_with_the_same_numbers(cach
         again = pe.evaluate_lengths(m, CHAIN, [16, 64, 128], batches=2)
     assert forward.call_count == 0 and same(first, again)
     assert same(first, pe.evaluate_lengths(m, CHAIN, [16, 64, 128], batches=2, cache=False))
-    assert len(list(cache.glob("*.pt"))) == 1
+    assert len(list(cache.glob("*.pt"))) == 3  # one entry per length
 
 
 def change_weight(m):
@@ -117,18 +117,21 @@ def test_a_model_with_a_hook_or_a_replaced_forward_is_never_cached(cache):
 
 def test_a_damaged_entry_is_warned_about_measured_and_replaced(cache):
     m = model()
-    first = pe.evaluate_lengths(m, CHAIN, [16, 64], batches=2)
+    first = pe.evaluate_lengths(m, CHAIN, [16], batches=2)
     (entry,) = cache.glob("*.pt")
     entry.write_bytes(entry.read_bytes()[:50])
     with pytest.warns(RuntimeWarning, match="cannot be used"), forwards() as forward:
-        again = pe.evaluate_lengths(m, CHAIN, [16, 64], batches=2)
+        again = pe.evaluate_lengths(m, CHAIN, [16], batches=2)
     assert forward.call_count > 0 and same(first, again)
-    torch.save(dict(key=entry.stem, result=[[16, 1.0, 2.7, 1.5, 10, torch.zeros(16)]]), entry)   # wrong lengths, accuracy
-    with pytest.warns(RuntimeWarning, match="other lengths"):
-        assert same(first, pe.evaluate_lengths(m, CHAIN, [16, 64], batches=2))
+    torch.save(dict(key=entry.stem, result=[64, 1.0, 2.7, 0.5, 10, torch.zeros(64)]), entry)   # another length
+    with pytest.warns(RuntimeWarning, match="another length"):
+        assert same(first, pe.evaluate_lengths(m, CHAIN, [16], batches=2))
+    torch.save(dict(key=entry.stem, result=[16, 1.0, 2.7, 1.5, 10, torch.zeros(16)]), entry)   # accuracy above 1
+    with pytest.warns(RuntimeWarning, match="malformed"):
+        assert same(first, pe.evaluate_lengths(m, CHAIN, [16], batches=2))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert same(first, pe.evaluate_lengths(m, CHAIN, [16, 64], batches=2))   # the replaced entry is good
+        assert same(first, pe.evaluate_lengths(m, CHAIN, [16], batches=2))   # the replaced entry is good
     assert not [p for p in cache.iterdir() if ".tmp" in p.name]
 
 
@@ -190,3 +193,45 @@ def test_a_dead_writers_temporary_file_is_removed_when_an_entry_is_written(cache
     dead.write_bytes(b"half a file")
     pe.evaluate_lengths(model(), CHAIN, [16], batches=1)
     assert not dead.exists() and len(list(cache.glob("*.pt"))) == 1
+
+
+def test_a_length_beyond_the_table_is_refused_before_any_length_is_measured(cache):
+    m = model(position="learned", max_len=64)
+    with forwards() as forward, pytest.raises(ValueError, match=r"\[96, 128\].*max_len=64"):
+        pe.evaluate_lengths(m, CHAIN, [16, 96, 32, 128], batches=1)
+    assert forward.call_count == 0 and not list(cache.glob("*.pt"))
+    with forwards() as forward, pytest.raises(ValueError, match=r"max_position 96.*max_len=64"):
+        pe.evaluate_lengths(m, CHAIN, [16], batches=1, position_sampling="randomized", max_position=96)
+    assert forward.call_count == 0
+
+
+@pytest.mark.parametrize("sampling", [None, "randomized"])
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, RuntimeError])
+def test_an_evaluation_stopped_midway_keeps_the_lengths_it_measured(cache, monkeypatch, sampling, failure):
+    """An interrupt (or an error) at the third length keeps the first two: a rerun measures only the rest."""
+    lengths = [16, 24, 32, 40]
+    extra = dict(position_sampling=sampling, max_position=64) if sampling else {}
+    m = model()
+    whole = pe.evaluate_lengths(m, CHAIN, lengths, batches=2, cache=False, **extra)
+    asked = []
+    batch = CHAIN.batch
+
+    def stopping(batch_size, length, generator, **kw):  # the data source, stopping at length 32
+        asked.append(length)
+        if length == 32 and failure is not None:
+            raise failure("stopped")
+        return batch(batch_size, length, generator, **kw)
+
+    monkeypatch.setattr(CHAIN, "batch", stopping)      # the same data (its class and config are the key's)
+    m.train()
+    with pytest.raises(failure):
+        pe.evaluate_lengths(m, CHAIN, lengths, batches=2, **extra)
+    assert m.training                                  # its mode is restored
+    m.eval()
+    failure = None
+    asked.clear()
+    again = pe.evaluate_lengths(m, CHAIN, lengths, batches=2, **extra)
+    assert sorted(set(asked)) == [32, 40]              # 16 and 24 came from the cache
+    assert same(whole, again)                          # and the numbers are those of one uninterrupted evaluation
+    asked.clear()
+    assert same(whole, pe.evaluate_lengths(m, CHAIN, lengths, batches=2, **extra)) and not asked

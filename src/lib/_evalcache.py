@@ -31,7 +31,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -122,19 +122,31 @@ def _capability() -> str:
 
 def evaluation_key(kind: str, model: Any, data: Any, device: torch.device, **arguments: Any) -> Optional[str]:
     """The cache key of one evaluation, or ``None`` where the cache cannot be used (off, or undescribable)."""
+    return evaluation_keys(kind, model, data, device, [{}], **arguments)[0]
+
+
+def evaluation_keys(kind: str, model: Any, data: Any, device: torch.device, parts: Sequence[Dict[str, Any]],
+                    **arguments: Any) -> List[Optional[str]]:
+    """One key per part of an evaluation (``arguments`` updated by each of ``parts``), the model described once.
+
+    :func:`posenc.evaluate_lengths` stores each length under its own key, so
+    that what was measured before an interrupt or an error is kept.
+    """
     if os.environ.get("POSENC_EVAL_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None
+        return [None] * len(parts)
     if not isinstance(model, torch.nn.Module):
-        return None
+        return [None] * len(parts)
+    keys: List[Optional[str]] = []
     try:
         described = dict(version=_VERSION, kind=kind, library=_library_digest(), torch=torch.__version__,
                          kernels=_capability(), device=str(device), model=_model(model),
-                         data=[_class(type(data)), _plain(getattr(data, "config"))],
-                         arguments=_plain(arguments))
-        blob = json.dumps(described, sort_keys=True)
+                         data=[_class(type(data)), _plain(getattr(data, "config"))])
+        for part in parts:
+            blob = json.dumps(dict(described, arguments=_plain(dict(arguments, **part))), sort_keys=True)
+            keys.append(hashlib.sha256(blob.encode()).hexdigest()[:32])
     except (_Uncacheable, TypeError, ValueError, RuntimeError, AttributeError):
-        return None
-    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+        return [None] * len(parts)
+    return keys
 
 
 def _path(key: str) -> Path:

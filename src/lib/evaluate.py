@@ -118,7 +118,12 @@ def evaluate_lengths(
         cache: keep the result in the evaluation cache (``$POSENC_CACHE/evals``)
             and return it when the same weights, settings, data and arguments
             are evaluated again (:mod:`posenc._evalcache`; ``POSENC_EVAL_CACHE=0``
-            turns it off everywhere).
+            turns it off everywhere). Each length is stored as soon as it is
+            measured, so an interrupt or an error keeps the lengths before it.
+
+    Raises:
+        ValueError: before anything is measured, for a length beyond the
+            model's ``max_len`` (a learned table), naming every such length.
 
     Returns:
         ``{n: LengthResult}`` in the order of ``lengths``.
@@ -138,60 +143,88 @@ def evaluate_lengths(
         raise ValueError(f"position_sampling at evaluation must be None (contiguous ids; PoSE is evaluated so) or "
                          f"'randomized' (Ruoss et al.), got {position_sampling!r}")
     _check_sampling(position_sampling, max(lengths), max_position)  # max_position >= every length
+    limit = model.max_len
+    if limit is not None:  # every length checked before any is measured: nothing is computed, then lost
+        too_long = [n for n in lengths if n > limit]
+        if too_long:
+            raise ValueError(f"lengths {too_long} exceed the longest input this model reads, max_len={limit} (the "
+                             f"rows of its learned position table): evaluate at lengths <= {limit}")
+        if max_position is not None and max_position > limit:
+            raise ValueError(f"max_position {max_position} exceeds the model's max_len={limit} (the rows of its "
+                             "learned position table)")
     seed = check_int("seed", seed, low=0)
     ids_generator = torch.Generator().manual_seed(seed + 1)
     if device is None:
         device = next(model.parameters()).device
-    key = _evalcache.evaluation_key("evaluate_lengths", model, data, device, lengths=lengths, batches=batches,
-                                    seed=seed, batch_size=batch_size, split=split, max_tokens=max_tokens,
-                                    position_sampling=position_sampling, max_position=max_position) if cache else None
-    stored = _evalcache.load(key, lambda saved: _length_results(saved, lengths))
-    if stored is not None:
-        return stored
+    # one cache entry per length, written as soon as it is measured: an interrupt or an error at one length
+    # keeps the lengths before it. Randomized ids come from one generator across the lengths, so such a
+    # length's entry also names the lengths before it.
+    sampled = position_sampling is not None
+    parts = [dict(length=n, before=lengths[:i] if sampled else None) for i, n in enumerate(lengths)]
+    keys = _evalcache.evaluation_keys("evaluate_lengths", model, data, device, parts, batches=batches, seed=seed,
+                                      batch_size=batch_size, split=split, max_tokens=max_tokens,
+                                      position_sampling=position_sampling,
+                                      max_position=max_position) if cache else [None] * len(lengths)
+    stored = {n: _evalcache.load(key, lambda saved, n=n: _length_result(saved, n)) for n, key in zip(lengths, keys)}
+    if all(r is not None for r in stored.values()):
+        return dict(stored)
     was_training = model.training
     model.eval()
     use_bf16 = torch.device(device).type == "cuda"
     out: Dict[int, LengthResult] = {}
-    for n in lengths:
-        per_pass = max(1, min(batch_size, max_tokens // n))
-        loss_sum = torch.zeros(n, dtype=torch.float64)
-        count = torch.zeros(n, dtype=torch.float64)
-        correct = 0
-        for x_all, y_all in evaluation_batches(data, n, batches, seed, batch_size=batch_size, split=split):
-            for i in range(0, batch_size, per_pass):
-                x, y = x_all[i:i + per_pass].to(device), y_all[i:i + per_pass].to(device)
-                ids = sample_positions(position_sampling, x.shape[0], n, max_position, ids_generator)
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                    logits = model(x, positions=None if ids is None else ids.to(device))
-                logits = logits.float()
-                nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX,
-                                      reduction="none")  # (b, n), 0 where ignored
-                counted = y != IGNORE_INDEX
-                loss_sum += nll.sum(0).double().cpu()
-                count += counted.sum(0).double().cpu()
-                correct += int(((logits.argmax(-1) == y) & counted).sum())
-        tokens = int(count.sum())
-        if tokens == 0:
-            raise ValueError(f"no counted targets at length {n}")
-        loss = float(loss_sum.sum() / tokens)
-        position_loss = torch.where(count > 0, loss_sum / count.clamp(min=1), torch.full_like(count, float("nan")))
-        out[n] = LengthResult(n, loss, math.exp(min(loss, 700.0)), correct / tokens, tokens, position_loss)
-    model.train(was_training)
-    _evalcache.save(key, [[r.length, r.loss, r.ppl, r.accuracy, r.tokens, r.position_loss] for r in out.values()])
+    try:
+        for n, key in zip(lengths, keys):
+            per_pass = max(1, min(batch_size, max_tokens // n))
+            if stored[n] is not None:
+                out[n] = stored[n]
+                if sampled:  # the generator moves on as if this length had been measured
+                    for rows in _passes(batches, batch_size, per_pass):
+                        sample_positions(position_sampling, rows, n, max_position, ids_generator)
+                continue
+            loss_sum = torch.zeros(n, dtype=torch.float64)
+            count = torch.zeros(n, dtype=torch.float64)
+            correct = 0
+            for x_all, y_all in evaluation_batches(data, n, batches, seed, batch_size=batch_size, split=split):
+                for i in range(0, batch_size, per_pass):
+                    x, y = x_all[i:i + per_pass].to(device), y_all[i:i + per_pass].to(device)
+                    ids = sample_positions(position_sampling, x.shape[0], n, max_position, ids_generator)
+                    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                        logits = model(x, positions=None if ids is None else ids.to(device))
+                    logits = logits.float()
+                    nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX,
+                                          reduction="none")  # (b, n), 0 where ignored
+                    counted = y != IGNORE_INDEX
+                    loss_sum += nll.sum(0).double().cpu()
+                    count += counted.sum(0).double().cpu()
+                    correct += int(((logits.argmax(-1) == y) & counted).sum())
+            tokens = int(count.sum())
+            if tokens == 0:
+                raise ValueError(f"no counted targets at length {n}")
+            loss = float(loss_sum.sum() / tokens)
+            position_loss = torch.where(count > 0, loss_sum / count.clamp(min=1), torch.full_like(count, float("nan")))
+            out[n] = LengthResult(n, loss, math.exp(min(loss, 700.0)), correct / tokens, tokens, position_loss)
+            _evalcache.save(key, [n, loss, out[n].ppl, out[n].accuracy, tokens, position_loss])
+    finally:
+        model.train(was_training)
     return out
 
 
-def _length_results(saved: Any, lengths: Sequence[int]) -> Dict[int, LengthResult]:
-    """A cached :func:`evaluate_lengths` result, checked against the lengths asked for (raises if it does not fit)."""
-    if not isinstance(saved, list) or [row[0] for row in saved] != list(lengths):
-        raise ValueError("it holds other lengths")
-    out = {}
-    for n, loss, ppl, accuracy, tokens, position_loss in saved:
-        if not (isinstance(position_loss, torch.Tensor) and position_loss.shape == (n,) and 0 <= accuracy <= 1
-                and tokens > 0):
-            raise ValueError(f"its result at length {n} is malformed")
-        out[n] = LengthResult(int(n), float(loss), float(ppl), float(accuracy), int(tokens), position_loss.double())
-    return out
+def _passes(batches: int, batch_size: int, per_pass: int) -> Iterator[int]:
+    """The rows of each forward pass at one length, in order (``batch_size`` split into passes of ``per_pass``)."""
+    for _ in range(batches):
+        for i in range(0, batch_size, per_pass):
+            yield min(per_pass, batch_size - i)
+
+
+def _length_result(saved: Any, n: int) -> LengthResult:
+    """A cached :func:`evaluate_lengths` result at length ``n``, checked (raises if it does not fit)."""
+    if not isinstance(saved, list) or len(saved) != 6 or saved[0] != n:
+        raise ValueError("it holds another length")
+    _, loss, ppl, accuracy, tokens, position_loss = saved
+    if not (isinstance(position_loss, torch.Tensor) and position_loss.shape == (n,) and 0 <= accuracy <= 1
+            and tokens > 0):
+        raise ValueError(f"its result at length {n} is malformed")
+    return LengthResult(int(n), float(loss), float(ppl), float(accuracy), int(tokens), position_loss.double())
 
 
 # ``import posenc.train as m`` gives this module; ``pe.train(...)`` calls the function
