@@ -361,3 +361,25 @@ def test_temporaries_of_dead_writers_go_when_any_run_is_trained(tmp_path):
     mine.write_bytes(b"writing")
     pe.train(tiny(), DATA, **RUN)
     assert not stray.exists() and mine.exists()
+
+
+def test_a_scheme_of_ones_own_with_a_short_table_names_it_the_position_and_the_table():
+    class MyLearned(pe.PositionScheme):
+        def __init__(self, size):
+            super().__init__()
+            self.size = size
+
+        def bind(self, *, d_model, n_heads, n_layers):
+            super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+            self.table = torch.nn.Embedding(self.size, d_model)
+
+        def embed(self, x, positions=None):
+            ids = torch.arange(x.shape[1]) if positions is None else positions
+            return x + self.table(ids)
+
+    model = tiny(MyLearned(8))
+    assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 8)
+    with pytest.raises(ValueError, match=r"MyLearned\.embed\(\) raised IndexError .* up to 11: .*\[8\] rows"):
+        model(torch.zeros(1, 12, dtype=torch.long))  # a raw IndexError before
+    with pytest.raises(ValueError, match=r"MyLearned\.embed\(\) raised IndexError .* up to 9: .*\[8\] rows"):
+        model(torch.zeros(1, 3, dtype=torch.long), positions=torch.tensor([0, 4, 9]))
