@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .evidence import Spread
 
-__all__ = ["OUTCOMES", "Verdict", "judge"]
+__all__ = ["Verdict", "judge"]
 
 #: The five verdicts, from the strongest to the weakest statement.
 OUTCOMES = ("reproduced", "partially reproduced", "not reproduced", "within seed noise", "not tested here")
