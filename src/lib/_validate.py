@@ -9,7 +9,7 @@ import numbers
 import operator
 import sys
 import types
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -84,12 +84,13 @@ def check_device(device: Any, default: Optional[torch.device] = None) -> Optiona
         raise ValueError(f"device must be a torch.device or a name like 'cpu' or 'cuda:0', got {device!r}") from None
 
 
-def one_of(name: str, value: Any, choices: Sequence[str], *, also: str = "") -> str:
+def one_of(name: str, value: Any, choices: Sequence[str], *, also: str = "",
+           aliases: Optional[Dict[str, str]] = None) -> str:
     """``value`` as the member of ``choices`` it names, else ``ValueError`` ("did you mean ...?" for a near miss).
 
     Case and ``-`` / ``_`` do not matter (``"RoPE"`` is ``"rope"``, ``"p-rope"``
     is ``"p_rope"``). ``also`` completes "must be one of (...)" with what else
-    is accepted.
+    is accepted; ``aliases`` maps other names (lower case) to choices.
 
     >>> one_of("position", "ALiBi", ("rope", "alibi"))
     'alibi'
@@ -102,7 +103,7 @@ def one_of(name: str, value: Any, choices: Sequence[str], *, also: str = "") -> 
     if isinstance(value, str):
         if value in choices:
             return value
-        folded = {_folded(c): c for c in choices}
+        folded = {**{_folded(a): c for a, c in (aliases or {}).items()}, **{_folded(c): c for c in choices}}
         if _folded(value) in folded:
             return folded[_folded(value)]
         near = difflib.get_close_matches(_folded(value), list(folded), n=1, cutoff=0.6)

@@ -64,7 +64,7 @@ from typing import Any, List, Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_bool, check_float_dtype, check_int, check_number
+from ._validate import check_bool, check_float_dtype, check_int, check_number, one_of
 from .alibi import alibi_slopes
 from .linear import FeatureMap, _check_eps, _check_qkv, feature_map, rms_norm
 from .masks import _as_tensor, _LAYOUT
@@ -92,9 +92,7 @@ Decay = Union[str, torch.Tensor, List[float], Tuple[float, ...]]
 def _decay_value(decay: Any, n_heads: int) -> Union[str, List[float]]:
     """``decay`` as a Python value: a name of :data:`DECAY_RATES` (lower case) or a list of floats."""
     if isinstance(decay, str):
-        if decay.lower() not in DECAY_RATES:
-            raise ValueError(f"decay must be one of {DECAY_RATES} or ({n_heads},) rates in (0, 1], got {decay!r}")
-        return decay.lower()
+        return one_of("decay", decay, DECAY_RATES, also=f" or ({n_heads},) rates in (0, 1]")
     try:
         rates = _as_tensor("decay", decay, values=True, dtype=torch.float64)
     except (TypeError, ValueError):

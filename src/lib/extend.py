@@ -45,7 +45,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from ._validate import check_int, check_number
+from ._validate import check_int, check_number, one_of
 from .rotary import (
     _check_base,
     _check_rope_dim,
@@ -212,8 +212,7 @@ class RopeScaling:
     attention_factor: Optional[float] = None
 
     def __post_init__(self) -> None:
-        if self.method not in ROPE_SCALING_METHODS:
-            raise ValueError(f"rope scaling method must be one of {ROPE_SCALING_METHODS}, got {self.method!r}")
+        object.__setattr__(self, "method", one_of("rope scaling method", self.method, ROPE_SCALING_METHODS))
         unused = [f.name for f in dataclasses.fields(self) if f.name != "method" and f.name not in
                   _FIELDS_OF[self.method] and not _same(getattr(self, f.name), f.default)]
         if unused:  # a field the rule ignores would still enter config(), and the cache key

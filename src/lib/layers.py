@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_int, check_number
+from ._validate import check_int, check_number, one_of
 from .attention import attention as _softmax_attention
 from .attention import relative_attention
 from .decay import _decay_value, decay_rates, decayed_attention_weights, decayed_linear_attention, gate_decay
@@ -401,7 +401,7 @@ class LinearAttention(_MultiHead):
                  bias: bool = False, dropout: float = 0.0) -> None:
         super().__init__(d_model, n_heads, causal=causal, rope=rope, bias=bias, dropout=dropout)
         feature_map(feature)
-        _check_method(method)
+        method = _check_method(method)
         self.feature, self.eps = feature, _check_eps(eps)
         self.method, self.chunk_size = method, check_int("chunk_size", chunk_size)
 
@@ -462,7 +462,7 @@ class NormAttention(_MultiHead):
                  method: str = "chunked", chunk_size: int = 64, bias: bool = False, dropout: float = 0.0) -> None:
         super().__init__(d_model, n_heads, causal=causal, rope=rope, bias=bias, dropout=dropout)
         feature_map(feature)
-        _check_method(method)
+        method = _check_method(method)
         self.feature, self.per_head, self.eps = feature, _flag("per_head", per_head), _check_eps(eps)
         self.method, self.chunk_size = method, check_int("chunk_size", chunk_size)
         size = self.head_dim if self.per_head else d_model
@@ -614,6 +614,4 @@ def attention_layer(kind: str, d_model: int, n_heads: int, **options) -> _MultiH
     >>> attention_layer("diag", 32, 4, block_size=16).block_size
     16
     """
-    if kind not in _LAYERS:
-        raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
-    return _LAYERS[kind](d_model, n_heads, **options)
+    return _LAYERS[one_of("attention kind", kind, ATTENTION_KINDS)](d_model, n_heads, **options)

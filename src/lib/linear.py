@@ -43,7 +43,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from ._validate import _float_tensor, check_int
+from ._validate import _float_tensor, check_int, one_of
 from .masks import _LAYOUT, _as_tensor, _check_tensors, _flag
 from .rotary import apply_rope
 
@@ -155,9 +155,7 @@ def _check_eps(eps: float) -> float:
 
 
 def _check_method(method: str) -> str:
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-    return method
+    return one_of("method", method, _METHODS)
 
 
 # ---------------------------------------------------------------------------
@@ -297,7 +295,7 @@ def linear_attention(
             ``chunk_size < 1`` or a negative ``eps``.
     """
     _check_qkv(q, k, v)
-    _check_method(method)
+    method = _check_method(method)
     chunk_size = check_int("chunk_size", chunk_size)
     eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
     phi = feature_map(feature)
@@ -471,7 +469,7 @@ def rope_linear_attention(
     _check_qkv(q, k, v)
     if q.shape[-1] % 2:
         raise ValueError(f"RoPE rotates channel pairs: head_dim must be even, got {q.shape[-1]}")
-    _check_method(method)
+    method = _check_method(method)
     chunk_size = check_int("chunk_size", chunk_size)
     eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
     phi = feature_map(feature)

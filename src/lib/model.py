@@ -63,7 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_int, check_number
+from ._validate import check_int, check_number, one_of
 from .extend import RopeScaling, rope_scaling
 from .decay import _decay_value
 from .layers import ATTENTION_KINDS, Positions, attention_layer
@@ -211,11 +211,11 @@ class TinyLM(nn.Module):
             kinds = [attention] * n_layers if isinstance(attention, str) else list(attention)
         except TypeError:  # None, a number
             kinds = []
-        if len(kinds) != n_layers or any(not isinstance(kd, str) or kd not in ATTENTION_KINDS for kd in kinds):
+        if len(kinds) != n_layers or any(not isinstance(kd, str) for kd in kinds):
             raise ValueError(f"attention must be one of {ATTENTION_KINDS} or a sequence of {n_layers} of them, "
                              f"got {attention!r}")
-        if ffn not in _FFNS:
-            raise ValueError(f"ffn must be one of {_FFNS}, got {ffn!r}")
+        kinds = [one_of("attention", kd, ATTENTION_KINDS, also=f" or a sequence of {n_layers} of them") for kd in kinds]
+        ffn = one_of("ffn", ffn, _FFNS)
         dropout = check_number("dropout", dropout, what=" in [0, 1)")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")

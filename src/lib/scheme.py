@@ -48,7 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._validate import check_int
+from ._validate import check_int, one_of
 
 __all__ = ["PositionScheme", "NoPE", "LayerSchemes", "POSITION_SCHEMES", "register_scheme", "position_scheme"]
 
@@ -89,7 +89,7 @@ def register_scheme(name: str, factory: Optional[Callable[..., "PositionScheme"]
 def position_scheme(position: Any, **options: Any) -> "PositionScheme":
     """The scheme object for ``position``: a registered name (built with ``options``) or a scheme object.
 
-    >>> position_scheme("alibi").name
+    >>> position_scheme("ALiBi").name   # any case, as the book writes the names
     'alibi'
     >>> position_scheme("rope", base=500.0).config()["base"]
     500.0
@@ -102,11 +102,9 @@ def position_scheme(position: Any, **options: Any) -> "PositionScheme":
             raise ValueError(f"options {sorted(options)} are for a scheme given by name; "
                              f"{type(position).__name__} is already built")
         return position
-    if isinstance(position, str) and position not in _REGISTRY and position.replace("-", "_") in _REGISTRY:
-        position = position.replace("-", "_")  # "p-rope", "kerple-log": the registered spelling
-    if not isinstance(position, str) or position not in _REGISTRY:
-        raise ValueError(f"position must be one of {POSITION_SCHEMES} or a posenc.PositionScheme object, "
-                         f"got {position!r}")
+    # the registered spelling of "RoPE", "ALiBi", "p-rope", "kerple-log"; "did you mean 'alibi'?" for "alibbi"
+    position = one_of("position", position, POSITION_SCHEMES, also=" or a posenc.PositionScheme object",
+                      aliases={"nope": "none"})
     factory = _REGISTRY[position]
     try:
         inspect.signature(factory).bind(**options)
