@@ -41,7 +41,7 @@ def test_the_direction_of_the_claim_swaps_the_outcome(a, b):
 def test_models_at_the_ceiling_or_floor_are_never_ranked(a, b, bound, better):
     """Whatever the seeds, two models pinned to a bound of the task get 'not tested here'."""
     at_bound_a, at_bound_b = Spread(tuple(bound for _ in a)), Spread(tuple(bound for _ in b))
-    ceiling, floor = (bound, None) if (better == "higher") == (bound == 1.0) else (None, bound)
+    ceiling, floor = (1.0, 0.0) if bound == 1.0 else (None, bound)
     v = pe.judge(at_bound_a, at_bound_b, better=better, ceiling=ceiling, floor=floor)
     assert v.outcome == "not tested here" and ("ceiling" in v.reason or "floor" in v.reason)
 
@@ -119,7 +119,8 @@ def test_verdict_is_the_text_a_page_prints():
     (dict(min_seeds=0), "min_seeds"),
     (dict(needs="gated"), "lists"),
     (dict(untested=""), "untested"),
-    (dict(ceiling=0.0, floor=1.0), "ceiling must be the better end"),
+    (dict(ceiling=1.0, floor=1.0), "must differ"),
+    (dict(ceiling=float("inf")), "ceiling"),
 ])
 def test_bad_options_are_refused(kwargs, match):
     kw = dict(better="higher")
@@ -141,3 +142,12 @@ def test_bad_measurements_are_refused():
         pe.judge({"2L": S(1, 2, 3)}, {"2L": S(4, 5, 6)}, better="lower", control={"8L": S(1, 1, 1)})
     with pytest.raises(ValueError, match="control at 2L"):  # checked even where the verdict is decided earlier
         pe.judge({"2L": S(1, 2, 3)}, {"2L": S(4, 5, 6)}, better="lower", control={"2L": S(1, 1)}, untested="x")
+
+
+def test_a_claim_that_a_model_fails_a_task_has_the_ceiling_too():
+    """'Below the bound retrieval fails': scoring 1.00 contradicts it; a control that fails as well leaves it untested."""
+    below, above = S(0.5, 0.6, 0.7), S(1, 1, 1)
+    assert pe.judge(below, 0.95, better="lower", control=above, ceiling=1.0, floor=0.125) == "reproduced"
+    assert pe.judge(above, 0.95, better="lower", control=above, ceiling=1.0) == "not reproduced"
+    assert pe.judge(below, 0.95, better="lower", control=S(0.5, 0.96, 1), ceiling=1.0).outcome == "not tested here"
+    assert pe.judge(S(0.97, 0.98, 0.99), 0.95, better="lower", control=S(0.5, 0.5, 0.5)) == "not reproduced"

@@ -125,7 +125,9 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
             (on the other side of ``against``), or the condition is "not
             tested here".
         ceiling, floor: the best and worst values the task allows (accuracy
-            1 and chance, say). Where every seed of ``claimed`` and of
+            1 and chance, say), whichever way the claim points (a claim that
+            a model *fails* a retrieval task has ``better="lower"`` and
+            still the ceiling 1). Where every seed of ``claimed`` and of
             ``against`` lies within ``tolerance`` of the same one, the
             condition is "not tested here": a test at its ceiling ranks nothing.
         what: the quantity, named in "within seed noise (what)".
@@ -163,8 +165,11 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
         raise ValueError(f"min_seeds must be a positive integer, got {min_seeds!r}")
     if isinstance(needs, str) or isinstance(unsolved, str):
         raise ValueError("needs and unsolved must be lists of model names, not a single string")
-    if ceiling is not None and floor is not None and not (lower and ceiling < floor or not lower and ceiling > floor):
-        raise ValueError(f"the ceiling must be the better end: better={better!r}, got ceiling={ceiling}, floor={floor}")
+    for name, bound in (("ceiling", ceiling), ("floor", floor)):
+        if bound is not None:
+            _check_measured(name, bound, 1)
+    if ceiling is not None and ceiling == floor:
+        raise ValueError(f"ceiling and floor must differ, got {ceiling} for both")
     if untested is not None and (not isinstance(untested, str) or not untested.strip()):
         raise ValueError(f"untested must be the reason in a few words, got {untested!r}")
     claimed_at, against_at = _conditions("claimed", claimed), _conditions("against", against)
