@@ -231,3 +231,20 @@ def test_token_ids_outside_the_vocabulary():
             model(idx)
     with pytest.raises(ValueError, match="at least one token"):
         model(torch.zeros(2, 0, dtype=torch.long))
+
+
+def test_a_presets_model_kwargs_type_check_as_tinylm_arguments(tmp_path, monkeypatch):
+    """``TinyLM(V, **P.model_kwargs(), position=...)`` passes ``mypy --strict`` (model_kwargs is a TypedDict)."""
+    import tempfile
+    from pathlib import Path
+
+    api = pytest.importorskip("mypy.api")
+    (tmp_path / "posenc").symlink_to(Path(pe.__file__).parent)  # an editable install hides the package from mypy
+    (tmp_path / "snippet.py").write_text("import posenc as pe\n\n"
+                                         "P = pe.training_preset()\n"
+                                         "model = pe.TinyLM(16, **P.model_kwargs(), position='rope')\n"
+                                         "sizes: int = P.model_kwargs()['d_model']\n")
+    cache = Path(tempfile.gettempdir()) / "posenc-mypy-cache"  # mypy checks what it reads back: safe to share
+    monkeypatch.chdir(tmp_path)  # mypy finds the package beside the snippet
+    out, err, status = api.run(["--strict", "--follow-imports=silent", "--cache-dir", str(cache), "snippet.py"])
+    assert status == 0, out + err

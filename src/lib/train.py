@@ -36,7 +36,7 @@ import time
 import warnings
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +59,7 @@ __all__ = [
 
 #: Bump to invalidate every cached run after a change that alters training.
 CACHE_VERSION = 2
+_ModelSizes = TypedDict("_ModelSizes", {"d_model": int, "n_layers": int, "n_heads": int})  # typed model_kwargs()
 
 
 @dataclass
@@ -124,9 +125,9 @@ class TrainingPreset:
             elif f.name != "mode":
                 object.__setattr__(self, f.name, check_int(f.name, value))
 
-    def model_kwargs(self) -> Dict[str, int]:
+    def model_kwargs(self) -> _ModelSizes:
         """``d_model``, ``n_layers``, ``n_heads``."""
-        return dict(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads)
+        return _ModelSizes(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads)
 
     def train_kwargs(self) -> Dict[str, Any]:
         """``steps``, ``seq_len``, ``batch_size``, ``lr``, ``warmup``."""
