@@ -150,4 +150,4 @@ def test_a_claim_that_a_model_fails_a_task_has_the_ceiling_too():
     assert pe.judge(below, 0.95, better="lower", control=above, ceiling=1.0, floor=0.125) == "reproduced"
     assert pe.judge(above, 0.95, better="lower", control=above, ceiling=1.0) == "not reproduced"
     assert pe.judge(below, 0.95, better="lower", control=S(0.5, 0.96, 1), ceiling=1.0).outcome == "not tested here"
-    assert pe.judge(S(0.97, 0.98, 0.99), 0.95, better="lower", control=S(0.5, 0.5, 0.5)) == "not reproduced"
+    assert pe.judge(S(0.97, 0.98, 0.99), 0.95, better="lower", control=S(1, 1, 1)) == "not reproduced"
