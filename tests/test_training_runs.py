@@ -168,3 +168,41 @@ def test_default_warmup_fits_a_short_run_and_keeps_the_key_of_a_long_one(tmp_pat
     long = pe.train(_make(), TASK, steps=30, seq_len=8, batch_size=2, progress=False, cache=False)
     assert long.key == pe.train(_make(), TASK, steps=30, seq_len=8, batch_size=2, warmup=25, progress=False,
                                 cache=False).key
+
+
+def test_another_cpu_thread_count_is_another_run(tmp_path, monkeypatch):
+    """Thread counts split the sums differently: a run on 2 threads is not served the run of 1 thread."""
+    import torch
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    kw = dict(steps=3, seq_len=8, batch_size=2, progress=False, device="cpu")
+    one = pe.train(_make(), TASK, cpu_threads=1, **kw)
+    two = pe.train(_make(), TASK, cpu_threads=2, **kw)
+    assert not two.from_cache and two.key != one.key
+    assert pe.train(_make(), TASK, cpu_threads=2, **kw).from_cache
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert pe.train(_make(), TASK, cpu_threads=None, **kw).key == one.key  # None: the count in effect
+        torch.set_num_threads(2)
+        assert pe.train(_make(), TASK, cpu_threads=None, **kw).key == two.key
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not LINUX, reason="forked workers: Linux only")
+def test_runs_on_the_threads_in_effect_train_with_the_numbers_their_key_says(tmp_path, monkeypatch):
+    """cpu_threads=None keys a run by the threads in effect (2 here): a one-thread worker must not train it."""
+    import torch
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    kw = dict(steps=10, seq_len=64, batch_size=16, progress=False, device="cpu", cpu_threads=None)
+    make = lambda: pe.TinyLM(4, d_model=64, n_layers=2, n_heads=4, position="alibi")  # noqa: E731 (sums split)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        runs = pe.train_seeds(make, TASK, [0, 1], workers=2, **kw)
+        for seed, run in zip([0, 1], runs):
+            again = pe.train(make(), TASK, seed=seed, cache=False, **kw)
+            assert run.key == again.key and run.config["train"]["cpu_threads"] == 2
+            assert run.losses == again.losses
+    finally:
+        torch.set_num_threads(before)

@@ -397,8 +397,8 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
             ``$OMP_NUM_THREADS`` when set, at most one per run). Each trains on
             one thread and writes the run cache, which this process then reads,
             so the results are those of training one after the other. Used on
-            Linux with the run cache and the CPU only; elsewhere the runs train
-            here, one after the other.
+            Linux with the run cache, the CPU and ``cpu_threads=1`` (the
+            default) only; elsewhere the runs train here, one after the other.
         train_kwargs: the other arguments of :func:`~posenc.train`.
     """
     if isinstance(make_model, Mapping):
@@ -469,7 +469,8 @@ def _side_by_side(plans: List[Any], todo: List[int], workers: Optional[int]) -> 
     """How many forked workers train the runs ``todo`` at once: 1 (train here) unless it is safe and useful."""
     workers = min(_usable_cores(), max(1, len(todo))) if workers is None else check_int("workers", workers, 1)
     if (workers < 2 or len(todo) < 2 or not hasattr(os, "fork") or not sys.platform.startswith("linux")
-            or any(plans[i].path is None for i in todo) or any(plans[i].device.type != "cpu" for i in todo)):
+            or any(plans[i].path is None for i in todo) or any(plans[i].device.type != "cpu" for i in todo)
+            or any(plans[i].cpu_threads != 1 for i in todo)):  # a worker trains on one thread: that run's numbers
         return 1
     return min(workers, len(todo))
 

@@ -398,8 +398,8 @@ def train(
     discarded), so a run depends only on its configuration, which is what the
     cache key records: the model's :attr:`~posenc.model.TinyLM.config`, the
     data's ``config``, every argument below except ``device``, ``cache`` and
-    ``progress``, and the window / log-n settings if they are active at
-    ``seq_len``.
+    ``progress`` (``cpu_threads`` where it is not 1), and the window / log-n
+    settings if they are active at ``seq_len``.
 
     Optimiser: AdamW (betas 0.9, 0.95; weight decay on linear weights only),
     linear warm-up for ``warmup`` steps then cosine decay to 10% of ``lr``
@@ -425,7 +425,11 @@ def train(
             ``None`` leaves the setting alone). One thread by default: the tiny
             models are dominated by per-operation overhead, and the trained
             weights are then the same whatever the machine's thread count
-            (floating-point sums depend on how the work is split).
+            (floating-point sums depend on how the work is split). Any other
+            count enters the cache key (``None``: the count in effect), since
+            it changes the numbers: the small preset trained 20 steps on 1 and
+            on 2 threads gives losses that differ in their last bits (about
+            1e-7) and other weights.
 
         init: fine-tune: start from the weights of an earlier run (a
             :class:`TrainResult` of a model with the same architecture)
@@ -545,6 +549,9 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
         config["train"]["sinks"] = model.sinks
         if model.sink_positions != "original":
             config["train"]["sink_positions"] = model.sink_positions
+    threads = torch.get_num_threads() if cpu_threads is None else cpu_threads
+    if threads != 1:  # another thread count sums in another order: other numbers (one thread: the keys as before)
+        config["train"]["cpu_threads"] = threads
     if model.rope_scaling is not None:
         config["train"]["rope_scaling"] = model.rope_scaling.config()
     if position_sampling is not None:
