@@ -392,6 +392,15 @@ def test_nan_and_infinity_fail():
     assert not check("3.5", (float("nan"), 2.0))
 
 
+def test_integers_beyond_any_float_fail_without_raising(capsys):
+    """10**400 cannot become a float (an OverflowError in the comparison before): a wrong answer, said so."""
+    for key, huge in [("3.1", 10 ** 400), ("3.1", -10 ** 400), ("2.2", 10 ** 400), ("5.1", (10 ** 400, 1)),
+                      ("3.1", lambda base, L, d: 10 ** 400), ("10.3", lambda n, w: 10 ** 400)]:
+        assert check(key, huge) is False
+        out = capsys.readouterr().out
+        assert out.startswith(f"✗ {key}: an integer beyond any float") and "Hint:" in out, out
+
+
 @pytest.mark.parametrize("bad", ["11.9", "3", "3.10", "", 3.1, None])
 def test_unknown_exercise_raises(bad):
     with pytest.raises(ValueError, match=r"unknown exercise .*1\.2, 1\.3"):

@@ -61,13 +61,11 @@ def _bfloat16_collision() -> int:
     return int((marker[1:] == marker[:-1]).nonzero()[0].item())
 
 
-def _far_fraction(L: int, n: int) -> float:
-    # Fraction of the n x n query-key pairs with |i - j| >= L (no mask).
+def _far_fraction(L: int, n: int) -> float:  # the n x n query-key pairs with |i - j| >= L (no mask)
     return (relative_positions(n).abs() >= L).double().mean().item()
 
 
-def _key_weight(n: int, a: float) -> float:
-    # Softmax weight of one key with logit a among n keys, the others at 0.
+def _key_weight(n: int, a: float) -> float:  # softmax weight of a key with logit a among n keys, the others at 0
     return torch.cat([torch.tensor([a]), torch.zeros(n - 1)]).double().softmax(0)[0].item()
 
 
@@ -96,8 +94,7 @@ def _p_rope_pairs(dim: int, base: float, p: float) -> tuple:
     return int((freqs == 0).sum()), (2 * math.pi / turning.min()).item() if len(turning) else 0.0
 
 
-def _ntk_base(d: int, base: float, s: float) -> float:
-    # NTK-aware frequencies are theta_i = b' ** (-2i/d); read b' off pair 1.
+def _ntk_base(d: int, base: float, s: float) -> float:  # NTK-aware theta_i = b' ** (-2i/d): b' off pair 1
     return rope_frequencies_ntk(d, base, s)[1].item() ** (-d / 2)
 
 
@@ -606,24 +603,27 @@ def check(exercise: str, answer: Any) -> bool:
     if answer is None or answer is Ellipsis:
         print(f"{exercise}: not answered yet (replace ... by your answer).")
         return False
-    if ex.scheme is not None:
-        ok, message = ex.scheme(answer)
-    elif callable(answer) and not isinstance(answer, torch.Tensor):
-        if ex.signature is None:
-            ok, message = False, f"expected {_expected_in_words(ex)}, got a function"
+    try:
+        if ex.scheme is not None:
+            ok, message = ex.scheme(answer)
+        elif callable(answer) and not isinstance(answer, torch.Tensor):
+            if ex.signature is None:
+                ok, message = False, f"expected {_expected_in_words(ex)}, got a function"
+            else:
+                ok, message = _check_function(ex, answer)
+        elif ex.expected is None:
+            ok, message = False, f"expected {_expected_in_words(ex)}, got {_describe(_plain(answer))}"
         else:
-            ok, message = _check_function(ex, answer)
-    elif ex.expected is None:
-        ok, message = False, f"expected {_expected_in_words(ex)}, got {_describe(_plain(answer))}"
-    else:
-        problem = _compare(_plain(answer), _plain(ex.expected()), ex.rtol, ex.atol)
-        if problem is None:
-            ok, message = True, ""
-        elif problem[0]:  # not the right kind of answer
-            ok, message = False, problem[1]
-            if ex.signature is not None and message.startswith("expected"):
-                message += f" (or a function {ex.signature})"
-        else:
-            ok, message = False, f"{problem[1]}. Hint: {ex.hint}"
+            problem = _compare(_plain(answer), _plain(ex.expected()), ex.rtol, ex.atol)
+            if problem is None:
+                ok, message = True, ""
+            elif problem[0]:  # not the right kind of answer
+                ok, message = False, problem[1]
+                if ex.signature is not None and message.startswith("expected"):
+                    message += f" (or a function {ex.signature})"
+            else:
+                ok, message = False, f"{problem[1]}. Hint: {ex.hint}"
+    except OverflowError:  # an integer beyond any float (10**400): math.isclose cannot take it
+        ok, message = False, f"an integer beyond any float (over 1.8e308) is far from the answer. Hint: {ex.hint}"
     print(f"✓ {exercise}: correct{message}. {ex.confirm}" if ok else f"✗ {exercise}: {message}")
     return ok
