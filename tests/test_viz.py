@@ -228,19 +228,24 @@ def test_bfloat16_and_half_tensors_are_drawn_as_float32():
 
 
 def test_live_titles_wrap_to_a_phone_and_keep_clear_of_the_mode_bar():
-    """A notebook draws plotly's layout as it is: the title wraps to 360 px and starts below the mode bar's band."""
+    """A notebook draws plotly's layout as it is: the title wraps to a phone's figure and sits below the mode bar."""
     long = "Attention weights of one query when all keys look alike, for every head"
     fig = pe.viz.curves(torch.arange(3), {"a": torch.ones(3)}, title=long, height=400)
     out = pe.viz.live_layout(go.Figure(fig), width=360)
     title = out.layout.title
     lines = title.text.split("<br>")
-    assert " ".join(lines) == long and len(lines) == 2 and all(len(line) <= 42 for line in lines)
-    assert (title.yref, title.yanchor) == ("container", "top")
-    assert title.y * out.layout.height == pytest.approx(out.layout.height - pe.viz.MODEBAR_BAND)  # top of the title
-    assert out.layout.margin.t >= pe.viz.MODEBAR_BAND + 2 * 19                        # two lines fit above the plot
+    assert " ".join(lines) == long and len(lines) == 3
+    assert all(len(line) * 0.56 * 15 <= pe.viz.TITLE_ROOM for line in lines)     # ~8.4 px a character
+    assert max(map(len, lines)) - min(map(len, lines)) <= 8                          # balanced, no lone last word
+    assert (title.yref, title.yanchor) == ("container", "middle")
+    middle = (1 - title.y) * out.layout.height                                       # px from the top
+    assert pe.viz.MODEBAR_BAND + 10 <= middle <= out.layout.margin.t - 20
+    assert out.layout.margin.t >= pe.viz.MODEBAR_BAND + 3 * 19                        # three lines fit above the plot
     assert out.layout.height - out.layout.margin.t - out.layout.margin.b == 400 - 50 - 50  # the plot keeps its height
     again = pe.viz.live_layout(out, width=360)
     assert again.layout.title.text == title.text and again.layout.height == out.layout.height  # once only
+    short = pe.viz.live_layout(pe.viz.curves([1, 2], {"a": [1, 2]}, title="Wavelengths after context extension, s = 8"))
+    assert short.layout.title.text == "Wavelengths after context<br>extension, s = 8"  # not "... s =<br>8"
     math_title = pe.viz.live_layout(pe.viz.curves([1, 2], {"a": [1, 2]}, title="$" + "x" * 80 + "$"))
     assert "<br>" not in math_title.layout.title.text                                # LaTeX is left whole
     bare = pe.viz.live_layout(pe.viz.curves([1, 2], {"a": [1, 2]}))

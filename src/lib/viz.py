@@ -563,18 +563,26 @@ def _legend_rows(names: List[str], room: float) -> int:
     return rows if names else 0
 
 
-#: Pixels at the top of a live figure kept free for plotly's mode bar (its buttons are 26 px high, 2 px down).
-MODEBAR_BAND = 32
+#: Pixels at the top of a live figure kept free for plotly's mode bar (its buttons are 22 px high, 2 px down).
+MODEBAR_BAND = 30
+#: Widest a live figure's title may be: a phone's notebook (390 px) leaves a figure about 290 px.
+TITLE_ROOM = 276
 _TITLE_PX = 15
+_TITLE_LINE = round(_TITLE_PX * 1.3)
 
 
 def _wrap_title(text: Any, room: float, px: int = _TITLE_PX) -> Any:
-    """``text`` broken with ``<br>`` into lines about ``room`` px wide (``px``-px font); math is left alone."""
+    """``text`` broken with ``<br>`` into balanced lines at most about ``room`` px wide (``px``-px font).
+
+    Math (``$...$``) is left alone: plotly draws it as one piece.
+    """
     if not isinstance(text, str) or not text or "$" in text:
         return text
-    per_line = max(12, int(room / (0.56 * px)))  # an average character of a sans-serif font is ~0.5 em wide
+    most = max(12, int(room / (0.56 * px)))  # an average character of a sans-serif font is ~0.5 em wide
     lines = []
     for part in text.split("<br>"):
+        visible = len(re.sub(r"<[^>]*>", "", part))
+        per_line = min(most, math.ceil(visible / math.ceil(visible / most)) + 4)  # no one-word last line
         line = ""
         for word in part.split(" "):
             visible = len(re.sub(r"<[^>]*>", "", f"{line} {word}" if line else word))
@@ -591,23 +599,24 @@ def _live_title(fig: go.Figure, width: int) -> int:
     """Wrap the title (and every slider step's) to ``width`` px, below the mode bar's band; the px added on top."""
     layout = fig.layout
     title = layout.title
-    if title.yref == "container" and title.yanchor == "top":  # done already
+    if title.yref == "container" and title.yanchor == "middle":  # done already
         return 0
     steps = [step for slider in layout.sliders for step in slider.steps]
     texts = [title.text] + [step.args[1].get("title.text") for step in steps
                             if len(step.args) > 1 and isinstance(step.args[1], dict)]
     if not any(isinstance(t, str) and t for t in texts):
         return 0
-    room = width - 24
+    room = min(width - 24, TITLE_ROOM)
     lines = max(_wrap_title(t, room).count("<br>") + 1 for t in texts if isinstance(t, str) and t)
     for step in steps:
         if len(step.args) > 1 and isinstance(step.args[1], dict) and step.args[1].get("title.text"):
             step.args = [step.args[0], {**step.args[1], "title.text": _wrap_title(step.args[1]["title.text"], room)},
                          *step.args[2:]]
     top = 50 if layout.margin.t is None else layout.margin.t
-    needed = MODEBAR_BAND + lines * round(_TITLE_PX * 1.3) + 10
+    needed = MODEBAR_BAND + lines * _TITLE_LINE + 8 + 4
     added = max(0, needed - top)
-    fig.update_layout(title=dict(text=_wrap_title(title.text, room), yref="container", yanchor="top"),
+    # placed by the middle of its lines (plotly centres several lines right, but anchors their top a line off)
+    fig.update_layout(title=dict(text=_wrap_title(title.text, room), yref="container", yanchor="middle"),
                       margin=dict(t=top + added), height=(layout.height or 450) + added)
     return added
 
@@ -618,17 +627,19 @@ def live_layout(fig: go.Figure, width: int = 360) -> go.Figure:
     The website fits each figure to its width in the browser; a notebook front
     end draws plotly's layout as it is, where a legend on the right leaves a
     phone 100-150 px of plot, and the mode bar (plotly's toolbar, top right)
-    covers a long title. Here the title wraps to a ``width``-px screen and sits
-    under a band kept for the mode bar (:data:`MODEBAR_BAND` px), the legend
+    covers a long title. Here the title wraps to a phone's width (at most
+    :data:`TITLE_ROOM` px) and sits on top of the plot, under a band of
+    :data:`MODEBAR_BAND` px kept for the mode bar, the legend
     goes under the plot, in as many rows as the screen needs, and the side
     margins shrink.
     """
     _live_title(fig, width)
-    if fig.layout.title.yref == "container" and fig.layout.title.yanchor == "top":
-        fig.layout.title.y = 1 - MODEBAR_BAND / (fig.layout.height or 450)
     _live_legend(fig, width)
-    if fig.layout.title.yref == "container" and fig.layout.title.yanchor == "top":  # the legend made it taller
-        fig.layout.title.y = 1 - MODEBAR_BAND / (fig.layout.height or 450)
+    title = fig.layout.title
+    if title.yref == "container" and title.yanchor == "middle" and isinstance(title.text, str):
+        lines = title.text.count("<br>") + 1  # plotly draws each line after the first ~7 px lower than centred
+        middle = MODEBAR_BAND + 2 + lines * _TITLE_LINE / 2 - 7 * (lines - 1)   # px from the top
+        title.y = 1 - middle / (fig.layout.height or 450)
     return fig
 
 
