@@ -151,3 +151,12 @@ def test_a_claim_that_a_model_fails_a_task_has_the_ceiling_too():
     assert pe.judge(above, 0.95, better="lower", control=above, ceiling=1.0) == "not reproduced"
     assert pe.judge(below, 0.95, better="lower", control=S(0.5, 0.96, 1), ceiling=1.0).outcome == "not tested here"
     assert pe.judge(S(0.97, 0.98, 0.99), 0.95, better="lower", control=S(1, 1, 1)) == "not reproduced"
+
+
+def test_conditions_that_are_models_read_for_and_lengths_read_at():
+    v = pe.judge({"RoPE": S(0.1, 0.1, 0.2), "ALiBi": S(0.5, 0.6, 0.7)}, {"RoPE": S(0.5, 0.6, 0.7), "ALiBi": S(0.5, 0.6, 0.7)},
+                 better="lower")
+    assert v == "partially reproduced (for RoPE; within seed noise for ALiBi)"
+    v = pe.judge({"1.5L": S(0.1, 0.1, 0.2), "16": S(0.9, 0.9, 0.9)}, {"1.5L": S(0.5, 0.6, 0.7), "16": S(0.5, 0.6, 0.7)},
+                 better="lower")
+    assert v == "partially reproduced (at 1.5L; not at 16)"

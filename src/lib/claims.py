@@ -24,6 +24,7 @@ reproduced`` when a condition is missing.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .evidence import Spread
@@ -142,6 +143,7 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
     Returns:
         A :class:`Verdict`. With conditions: ``reproduced`` where every tested
         condition reproduces, ``partially reproduced (at 2L; not at 8L)``
+        (conditions that are lengths read "at 2L", others "for RoPE")
         where some do, ``not reproduced`` where every tested condition
         separates the other way, else ``within seed noise``.
 
@@ -226,8 +228,12 @@ def _combine(outcome: Dict[str, str], why: Dict[str, str], what: str) -> Verdict
     for key, kind in outcome.items():
         groups.setdefault(kind, []).append(key)
 
-    def at(kind: str, words: str) -> str:
-        return f"{words} at {', '.join(groups[kind])}" if kind in groups else ""
+    def at(kind: str, words: str) -> str:  # "at 2L, 4L" for lengths, "for RoPE" for models
+        if kind not in groups:
+            return ""
+        keys = groups[kind]
+        where = "at" if all(re.fullmatch(r"[\d.]*[×x]?L|[\d.]+", k) for k in keys) else "for"
+        return f"{words} {where} {', '.join(keys)}"
 
     kinds = set(tested.values())
     if kinds == {"reproduced"}:
