@@ -470,6 +470,8 @@ def test_the_site_writes_the_copy_and_offers_it(tmp_path, monkeypatch):
     nb = _nb(_md("# T\n$$\nx\n$$ (eq-x)\n\nSee {eq}`eq-x`, {cite}`k` and {glue:text}`v`."), _code("pe.glue('v', 1)"))
     (src / "chapters" / "p.ipynb").write_text(json.dumps(nb))
     (src / "book.md").write_text("# B\n")
+    (src / "refs.bib").write_text("@article{k,\n  title = {A Work},\n  author = {Kay, Ann},\n  journal = {J},\n"
+                                  "  year = {2001},\n  doi = {10.1/k}\n}\n")
     glue_dir = tmp_path / "_build" / "jupyter_execute" / "chapters"
     glue_dir.mkdir(parents=True)
     (glue_dir / "p.glue.json").write_text(json.dumps({"v": {"data": {"text/plain": "'0.25'"}}}))
@@ -486,7 +488,8 @@ def test_the_site_writes_the_copy_and_offers_it(tmp_path, monkeypatch):
         toc_fignumbers={"chapters/p": {"displaymath": {"equation-eq-x": (12,)}}},
         doc2path=lambda page: str(src / (page + (".ipynb" if page.startswith("chapters") else ".md"))),
         mystnb_config=types.SimpleNamespace(output_folder=str(tmp_path / "_build" / "jupyter_execute")))
-    app = types.SimpleNamespace(env=env, outdir=str(out), srcdir=str(src), config=types.SimpleNamespace())
+    app = types.SimpleNamespace(env=env, outdir=str(out), srcdir=str(src),
+                                config=types.SimpleNamespace(bibtex_bibfiles=["refs.bib"]))
     buttons = [{"label": "download-source-button"}, {"label": "download-pdf-button"}]
     colab = {"type": "link", "text": "Colab", "url": f"{ext.COLAB_URL}/github/me/book/blob/main/chapters/p.ipynb"}
     binder = {"type": "link", "text": "Binder", "url": "https://mybinder.org/v2/gh/me/book/main?urlpath=tree/chapters/p.ipynb"}
@@ -502,7 +505,10 @@ def test_the_site_writes_the_copy_and_offers_it(tmp_path, monkeypatch):
     assert buttons[1]["url"] == "../_notebooks/chapters/p.ipynb"
     written = json.loads((out / "_notebooks" / "chapters" / "p.ipynb").read_text())
     text = _markdown(written)[0]
-    assert "\\tag{12}" in text and text.endswith("See (12), [Kay, 2001] and **0.25**.")
+    assert "\\tag{12}" in text and text.endswith("See (12), [[Kay, 2001](#ref-k)] and **0.25**.")
+    references = _text(written["cells"][-1])                      # the entries of the build's bibliography
+    assert references.startswith("## References\n") and '<a id="ref-k"></a>\\[Kay, 2001\\] Ann Kay' in references
+    assert "(https://doi.org/10.1/k)" in references
 
     context = {"header_buttons": [{"label": "download-buttons", "buttons": []}], "pathto": context["pathto"]}
     ext._reader_download(app, "book", "page.html", context, None)  # a Markdown page: no copy
