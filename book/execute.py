@@ -11,6 +11,12 @@ chooses for this environment), where the build then finds it and executes
 nothing again. Two chapters that train the same run do not train it twice:
 :func:`posenc.train` locks each run of the run cache while it trains.
 
+Each notebook's cost is written to ``_build/build_cost.csv`` (``--costs``
+to write it elsewhere): its wall-clock seconds, the runs it trained, the
+core-seconds of training and of evaluation (measured by the library through
+``POSENC_COST_LOG``, :mod:`posenc._costs`), the rest of its time, and the
+machine, CPU kernel set, mode and seed block it ran on.
+
 A notebook whose cells raise is not stored; the script prints its error and
 exits with status 1 after the others have run. Notebooks already in the
 cache (their code unchanged) are skipped. The longest ones start first (the
@@ -25,9 +31,15 @@ that train models, later chapters first). Usage::
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
+import importlib.util
 import os
+import platform
 import re
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -36,6 +48,7 @@ import nbformat
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+LIB = Path(__file__).resolve().parents[1] / "src" / "lib"  # posenc's sources in this checkout
 
 
 def build_cache() -> Path:
@@ -109,12 +122,65 @@ def _poll_in_slices() -> None:
 SLOW_CELL = 60  # seconds: cells that take longer are named in the output, to see where a build's time goes
 
 
-def _execute(path: str, settings: dict, threads: int) -> tuple:
+def _cost_log_reader():
+    """``posenc._costs.read_cost_log``, loaded from this checkout without importing torch."""
+    spec = importlib.util.spec_from_file_location("posenc_costs", LIB / "_costs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.read_cost_log
+
+
+COST_COLUMNS = ["notebook", "seconds", "runs_trained", "train_core_s", "evaluate_core_s", "rest_s", "threads",
+                "machine", "kernels", "mode", "seed", "torch", "date"]
+
+
+def machine_facts() -> dict:
+    """The CPU's model name, PyTorch's CPU kernel set here (``ATEN_CPU_CAPABILITY`` applied) and its version."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    probe = "import torch; print(torch.backends.cpu.get_cpu_capability().lower(), torch.__version__)"
+    try:
+        kernels, version = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                          check=True).stdout.split()
+    except (subprocess.CalledProcessError, ValueError, OSError):
+        kernels, version = "unknown", "unknown"
+    return dict(machine=f"{model}, {usable_cores()} cores", kernels=kernels, torch=version,
+                mode=os.environ.get("POSENC_SIZE", "") or "small", seed=os.environ.get("POSENC_SEED", "") or "0",
+                date=datetime.date.today().isoformat())
+
+
+def cost_row(name: str, seconds: float, totals: dict, threads: int, facts: dict) -> dict:
+    """One row of the cost table: the rest is the notebook's time not spent training or evaluating."""
+    rest = max(0.0, seconds - totals["train_wall_s"] - totals["evaluate_wall_s"])
+    return dict(notebook=name, seconds=f"{seconds:.1f}", runs_trained=int(totals["runs"]),
+                train_core_s=f"{totals['train_core_s']:.1f}", evaluate_core_s=f"{totals['evaluate_core_s']:.1f}",
+                rest_s=f"{rest:.1f}", threads=threads, **facts)
+
+
+def write_costs(path: Path, rows: list) -> None:
+    """Write the cost table whole (a temporary file renamed over it: never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", newline="", dir=path.parent, suffix=".tmp", delete=False) as f:
+        writer = csv.DictWriter(f, fieldnames=COST_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(f.name, path)
+
+
+def _execute(path: str, settings: dict, threads: int, cost_log: str = "") -> tuple:
     """Run one notebook (in a worker process); returns ``(path, notebook, seconds, error text or None)``."""
     from jupyter_cache.executors.utils import single_nb_execution
 
     _poll_in_slices()
     os.environ["OMP_NUM_THREADS"] = str(threads)  # inherited by the kernel
+    if cost_log:
+        os.environ["POSENC_COST_LOG"] = cost_log  # the library appends its training and evaluation times there
     nb = nbformat.read(path, as_version=4)
     name, started = Path(path).name, {}
 
@@ -136,6 +202,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="*", help="file-name prefixes, e.g. 07 08 (default: every notebook)")
     parser.add_argument("--jobs", type=int, default=2, help="notebooks executed at once (default 2)")
+    parser.add_argument("--costs", type=Path, default=None,
+                        help="where to write the cost of each notebook (default: _build/build_cost.csv)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be a positive integer, got {args.jobs}")
@@ -170,12 +238,16 @@ def main(argv=None) -> int:
     print(f"execute: {len(todo)} notebook{'s' * (len(todo) != 1)}, {args.jobs} at a time, {threads} thread(s) each"
           + (f" ({skipped} already in the cache)" if skipped else ""), flush=True)
     settings = execution_settings()
-    failed, start = [], time.perf_counter()
-    with ProcessPoolExecutor(max_workers=min(args.jobs, len(todo))) as pool:
-        futures = [pool.submit(_execute, str(path), settings, threads) for path in todo]
+    failed, start, costs = [], time.perf_counter(), []
+    read_cost_log, facts = _cost_log_reader(), machine_facts()
+    with tempfile.TemporaryDirectory(prefix="posenc-costs-") as logs, \
+            ProcessPoolExecutor(max_workers=min(args.jobs, len(todo))) as pool:
+        log_of = {str(path): os.path.join(logs, f"{i}.jsonl") for i, path in enumerate(todo)}
+        futures = [pool.submit(_execute, str(path), settings, threads, log_of[str(path)]) for path in todo]
         for future in as_completed(futures):
             path, nb, seconds, error = future.result()
             name = Path(path).relative_to(ROOT).as_posix()
+            costs.append(cost_row(name, seconds, read_cost_log(log_of[path]), threads, facts))
             if error is not None:
                 failed.append(name)
                 print(f"execute: {name} FAILED after {seconds:.0f} s\n{error}", flush=True)
@@ -183,9 +255,16 @@ def main(argv=None) -> int:
             stage = cache.add_nb_to_project(path)
             cache.cache_notebook_bundle(CacheBundleIn(nb, stage.uri, data={"execution_seconds": seconds}),
                                         check_validity=False, overwrite=True)
-            print(f"execute: {name} in {seconds:.0f} s", flush=True)
+            row = costs[-1]
+            print(f"execute: {name} in {seconds:.0f} s ({row['runs_trained']} runs trained: "
+                  f"{row['train_core_s']} core-s training, {row['evaluate_core_s']} evaluating)", flush=True)
+    order = {Path(p).relative_to(ROOT).as_posix(): i for i, p in enumerate(notebooks)}
+    costs.sort(key=lambda row: order.get(row["notebook"], len(order)))
+    out = args.costs or ROOT / "_build" / "build_cost.csv"
+    write_costs(out, costs)
     print(f"execute: {len(todo) - len(failed)} of {len(todo)} notebooks executed and cached in "
-          f"{time.perf_counter() - start:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+          f"{time.perf_counter() - start:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else "")
+          + f"; their costs in {out}", flush=True)
     return 1 if failed else 0
 
 

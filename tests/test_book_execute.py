@@ -113,3 +113,45 @@ def test_slow_cells_are_named_and_a_cell_past_its_timeout_still_fails(tmp_path, 
     start = time.perf_counter()
     _, _, _, error = execute._execute(str(tmp_path / "hang.ipynb"), dict(timeout=2, allow_errors=False), 1)
     assert error is not None and "CellTimeoutError" in error and time.perf_counter() - start < 30
+
+
+def test_each_notebook_s_training_and_evaluation_cost_is_written_to_the_cost_table(tmp_path, monkeypatch, capsys):
+    """The library's accounted calls reach the table through POSENC_COST_LOG; the rest is the notebook's other time."""
+    import csv
+
+    execute = _load()
+    (tmp_path / "nb").mkdir()
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: nb/trains\n"
+                                       "  - file: nb/idle\n", encoding="utf-8")
+    (tmp_path / "_config.yml").write_text("execute:\n  timeout: 120\n", encoding="utf-8")
+    _notebook(tmp_path / "nb" / "trains.ipynb",
+              "import time\nfrom posenc._costs import accounted\n"
+              "with accounted('train', runs=2):\n    t = time.process_time()\n"
+              "    while time.process_time() - t < 0.3: pass\n"
+              "with accounted('evaluate'):\n    with accounted('train', runs=5):\n        time.sleep(0.2)\n"
+              "time.sleep(0.3)")
+    _notebook(tmp_path / "nb" / "idle.ipynb", "x = 1")
+    monkeypatch.setattr(execute, "ROOT", tmp_path)
+    monkeypatch.setattr(execute, "build_cache", lambda: tmp_path / "_build" / ".jupyter_cache")
+    monkeypatch.setattr(execute, "usable_cores", lambda: 2)
+    assert execute.main(["--jobs", "2"]) == 0
+    assert "their costs in" in capsys.readouterr().out
+    rows = list(csv.DictReader((tmp_path / "_build" / "build_cost.csv").open()))
+    assert [r["notebook"] for r in rows] == ["nb/trains.ipynb", "nb/idle.ipynb"]   # the table of contents' order
+    trains, idle = rows
+    assert trains["runs_trained"] == "2"                        # the nested call is part of the outer one
+    assert float(trains["train_core_s"]) >= 0.25                # the busy loop's CPU time
+    assert float(trains["evaluate_core_s"]) < 0.15              # sleeping costs no core-seconds
+    assert float(trains["rest_s"]) >= 0.25 and float(trains["seconds"]) >= 0.8
+    assert idle["runs_trained"] == "0" and float(idle["train_core_s"]) == 0.0
+    assert set(rows[0]) == set(execute.COST_COLUMNS) and trains["kernels"] not in ("", "unknown")
+
+
+def test_the_cost_log_skips_a_line_cut_short(tmp_path):
+    execute = _load()
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"kind": "train", "wall_s": 2, "core_s": 1.5, "runs": 3}\n{"kind": "evaluate", "wall_s": 1, '
+                   '"core_s": 0.5}\n{"kind": "train", "wall', encoding="utf-8")
+    totals = execute._cost_log_reader()(log)
+    assert totals == dict(runs=3.0, train_wall_s=2.0, train_core_s=1.5, evaluate_wall_s=1.0, evaluate_core_s=0.5)
+    assert execute._cost_log_reader()(tmp_path / "missing.jsonl")["runs"] == 0.0
