@@ -34,6 +34,7 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 
 from . import _evalcache
+from ._costs import accounted
 from ._validate import check_int, check_number
 from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
 
@@ -208,15 +209,16 @@ def passkey_accuracy(
     if hasattr(model, "eval"):
         model.eval()
     out = torch.zeros(len(lengths), len(depths), dtype=torch.float64)
-    for a, n in enumerate(lengths):
-        for b, depth in enumerate(depths):
-            x, y = _cell(data, n, depth, samples, seed)
-            correct = 0
-            for i in range(0, samples, batch_size):
-                xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
-                pred = model(xb)[:, -data.answer_len:].argmax(-1)
-                correct += int((pred == yb[:, -data.answer_len:]).all(-1).sum())
-            out[a, b] = correct / samples
+    with accounted("evaluate"):
+        for a, n in enumerate(lengths):
+            for b, depth in enumerate(depths):
+                x, y = _cell(data, n, depth, samples, seed)
+                correct = 0
+                for i in range(0, samples, batch_size):
+                    xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
+                    pred = model(xb)[:, -data.answer_len:].argmax(-1)
+                    correct += int((pred == yb[:, -data.answer_len:]).all(-1).sum())
+                out[a, b] = correct / samples
     if hasattr(model, "train"):
         model.train(was_training)
     _evalcache.save(key, out)
