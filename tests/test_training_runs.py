@@ -206,3 +206,46 @@ def test_runs_on_the_threads_in_effect_train_with_the_numbers_their_key_says(tmp
             assert run.losses == again.losses
     finally:
         torch.set_num_threads(before)
+
+
+SCHEME = '''
+import torch
+import posenc as pe
+
+RATE = {rate}
+
+
+class Decay(pe.PositionScheme):
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.scale = scale
+
+    def distance_bias(self, length, *, device, dtype):
+        return -RATE * self.scale * torch.arange(length, device=device, dtype=dtype).expand(self.n_heads, length)
+'''
+
+
+def _scheme_module(folder, name, rate=0.5):
+    """A user's scheme class, in a module of its own (as a notebook's class moved into a file, or a copy)."""
+    import importlib.util
+    path = folder / f"{name}.py"
+    path.write_text(SCHEME.format(rate=rate))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_scheme_class_imported_from_another_module_is_the_same_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    kw = dict(steps=4, seq_len=8, batch_size=2, progress=False)
+    here, moved, changed = (_scheme_module(tmp_path, name, rate) for name, rate in
+                            [("notebook_cell", 0.5), ("task2", 0.5), ("task3", 0.25)])
+    first = pe.train(pe.TinyLM(4, 16, 1, 2, position=here.Decay()), TASK, **kw)
+    again = pe.train(pe.TinyLM(4, 16, 1, 2, position=moved.Decay()), TASK, **kw)
+    assert again.from_cache and again.key == first.key and again.losses == first.losses
+    assert again.config["model"]["position"]["scheme"] == "task2.Decay"  # the result names the class it was given
+    other = pe.train(pe.TinyLM(4, 16, 1, 2, position=changed.Decay()), TASK, **kw)  # same name, other code
+    assert not other.from_cache and other.key != first.key
+    tuned = pe.train(pe.TinyLM(4, 16, 1, 2, position=moved.Decay()), TASK, init=first, **dict(kw, warmup=0))
+    assert tuned.config["init"] == first.key  # a fine-tune across the move is the same architecture

@@ -29,6 +29,7 @@ import contextvars
 import copy
 import functools
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -46,7 +47,7 @@ from .model import TinyLM
 from ._validate import check_int, check_number, make_module_callable
 from .evaluate import LengthResult, _check_data, _positive, evaluate_lengths, evaluation_batches  # noqa: F401
 from .sampling import _check_sampling, sample_positions
-from .scheme import retunable_options
+from .scheme import PositionScheme, retunable_options
 from .runtime import _atomic_save, _exclusive, _stray_temporaries, cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
@@ -203,6 +204,68 @@ def run_key(config: Dict[str, Any]) -> str:
     """16 hex digits of the SHA-256 of a configuration (JSON, keys sorted)."""
     blob = json.dumps(config, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _class_names(model: torch.nn.Module) -> Dict[str, Any]:
+    """``{"module.Qualname": ("Qualname", code hash)}`` for every position scheme of ``model`` defined outside ``posenc``."""
+    names = {}
+    for module in model.modules():
+        cls = type(module)
+        if isinstance(module, PositionScheme) and not cls.__module__.startswith("posenc."):
+            names[f"{cls.__module__}.{cls.__qualname__}"] = (cls.__qualname__, _code_hash(cls))
+    return names
+
+
+def _code_hash(cls: type) -> str:  # not cached: a module constant may change while the class stays
+    """The scheme's source hash (:func:`posenc.scheme._source_hash`) with the module constants it reads named
+    without their module: the code and the constants' values, wherever the class was imported from."""
+    from .scheme import _code_text, _constants
+
+    digest = hashlib.sha256()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith(("posenc", "torch", "builtins")):
+            continue
+        try:
+            digest.update(inspect.getsource(klass).encode())
+            continue
+        except (OSError, TypeError):
+            pass
+        for name, value in sorted(vars(klass).items()):
+            function = getattr(value, "__func__", getattr(value, "fget", value))  # methods, properties
+            code = getattr(function, "__code__", None)
+            if code is None:
+                continue
+            try:
+                text = inspect.getsource(function)
+            except (OSError, TypeError):
+                text = _code_text(code)
+            digest.update(f"{name}\n{text}".encode())
+    constants = sorted((name.rpartition(".")[2], repr(value)) for name, value in _constants(cls).items())
+    for name, value in constants:
+        digest.update(f"{name}={value}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _without_modules(config: Any, names: Dict[str, Any]) -> Any:
+    """``config`` with the schemes of yours named by their class alone, not by the module that defines them.
+
+    The run key describes what a scheme computes: its settings and a hash of
+    its source code (:meth:`~posenc.PositionScheme.config`). The module it
+    was imported from computes nothing: the class of a notebook
+    (``__main__.X``) moved into a file (``task2.X``) is the same run, and
+    loads. A class of the same name with other code keeps another key.
+    """
+    if isinstance(config, dict):
+        named = names.get(config.get("scheme")) if isinstance(config.get("scheme"), str) else None
+        out = {k: _without_modules(v, names) for k, v in config.items()}
+        if named is not None:
+            out["scheme"] = named[0]
+            if "source" in out:  # its hash names the module of each constant the methods read: without it
+                out["source"] = named[1]
+        return out
+    if isinstance(config, (list, tuple)):
+        return [_without_modules(v, names) for v in config]
+    return config
 
 
 def _architecture(model_config: Dict[str, Any]) -> Any:
@@ -483,6 +546,7 @@ class _Plan:
     config: Dict[str, Any]
     key: str
     path: Optional[Path]
+    keyed: Dict[str, Any]
 
 
 def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size: Any = 32, lr: Any = 3e-3,
@@ -523,7 +587,8 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
     if init is not None:
         if not isinstance(init, TrainResult):
             raise ValueError(f"init must be the TrainResult of an earlier pe.train run, got {type(init).__name__}")
-        if _architecture(init.config["model"]) != _architecture(model.config):
+        if (_architecture(_without_modules(init.config["model"], _class_names(init.model)))
+                != _architecture(_without_modules(model.config, _class_names(model)))):
             raise ValueError("init= must come from a model of the same architecture (only a RoPE base may differ, or what "
                              "a scheme of yours lists in its class attribute `retunable`): "
                              f"the earlier run has {init.config['model']}, this model {model.config}")
@@ -558,7 +623,8 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
         config["train"]["position_sampling"] = dict(kind=position_sampling, max_position=max_position)
     if init is not None:
         config["init"] = init.key
-    key = run_key(config)
+    keyed = _without_modules(config, _class_names(model))  # what the run computes: the key's, and the entry's
+    key = run_key(keyed)
     path: Optional[Path] = None
     if cache:
         try:
@@ -567,7 +633,7 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
             warnings.warn(f"no run cache ({err}); training without one (set POSENC_CACHE to a writable folder)",
                           RuntimeWarning, stacklevel=warn_stacklevel)
     return _Plan(model, data, steps, seq_len, batch_size, lr, seed, warmup, weight_decay, grad_clip, cpu_threads,
-                 position_sampling, max_position, init_state, device, config, key, path)
+                 position_sampling, max_position, init_state, device, config, key, path, keyed)
 
 
 def _run(plan: _Plan, progress: bool) -> TrainResult:
@@ -584,7 +650,7 @@ def _run(plan: _Plan, progress: bool) -> TrainResult:
     # one process at a time per run: a second one (a notebook executed beside this one) waits, then loads
     with _exclusive(path.with_name(f"{key}.lock"), _WAIT_FOR_BUSY_RUNS.get()) if cache else contextlib.nullcontext():
         if cache:
-            saved = _load_run(path, config, model, device)
+            saved = _load_run(path, plan.keyed, model, device)
             if saved is not None:
                 model.eval()
                 return TrainResult(model, saved["losses"], saved["grad_norms"], True, 0, saved["seconds"], key,
@@ -623,7 +689,7 @@ def _run(plan: _Plan, progress: bool) -> TrainResult:
         if cache:
             state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
             _save_run(path, dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
-                                 config=json.dumps(config, default=str, sort_keys=True)))
+                                 config=json.dumps(plan.keyed, default=str, sort_keys=True)))
         return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
 
 
