@@ -35,7 +35,7 @@ def test_a_solution_check_is_folded_like_its_solution(path):
     """The code cell right after a solution (it computes or checks the answer) is folded too (``hide-cell``).
 
     Else the site shows the answer's code open under a folded solution, and the reader's copy for
-    Colab (``book/reader_copy.py``, which folds ``hide-cell`` cells) leaves it open as well.
+    Colab (``book/reader_copy.py``, which moves that code into the solution's fold) leaves it open as well.
     """
     cells = json.loads(path.read_text())["cells"]
     open_checks = [i + 1 for i, (cell, after) in enumerate(zip(cells, cells[1:]))
