@@ -34,8 +34,9 @@ def test_chapter_is_stored_clean_and_has_exercises(path):
 def test_a_solution_check_is_folded_like_its_solution(path):
     """The code cell right after a solution (it computes or checks the answer) is folded too (``hide-cell``).
 
-    Else the site shows the answer's code open under a folded solution, and the reader's copy for
-    Colab (``book/reader_copy.py``, which moves that code into the solution's fold) leaves it open as well.
+    Else the site shows the answer's code open under a folded solution, and the reader's copy
+    (``book/reader_copy.py``, which moves a folded cell after a solution into the solution's fold) would keep
+    it as a cell that Run All executes, printing the answer.
     """
     cells = json.loads(path.read_text())["cells"]
     open_checks = [i + 1 for i, (cell, after) in enumerate(zip(cells, cells[1:]))
