@@ -191,7 +191,7 @@ def test_learned_bias_parameters_get_gradients():
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(position="nope"),
+    dict(position="no-such-scheme"),  # ("nope" names NoPE)
     dict(position="rope", n_heads=3),          # 32 not divisible by 3
     dict(position="rope", d_model=36, n_heads=4),  # head_dim 9 is odd
     dict(position="xpos", d_model=36, n_heads=4),
