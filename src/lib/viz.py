@@ -17,8 +17,8 @@ drawn when plotly.js arrives). The HTML also fits every figure to its
 container: on a narrow screen (a phone) the legend goes below the plot, titles
 wrap, sliders take the full width and the mode bar is hidden. Notebook front
 ends draw the JSON as it is, so there the legend goes under the plot and the
-title wraps below a band kept for the mode bar (:func:`live_layout`); on Colab
-the figure goes through plotly's ``colab`` renderer, laid out the same way.
+title wraps below a band kept for the mode bar (:func:`live_layout`); on Colab the figure goes through plotly's ``colab``
+renderer, laid out the same way.
 """
 
 from __future__ import annotations
@@ -42,8 +42,19 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
 
-__all__ = ["PALETTE", "SYMBOLS", "STATIC_ENV", "heatmap", "curves", "slider_figure", "readable_log_axes",
-           "interactive", "live_layout", "is_static", "use_book_renderer"]
+__all__ = [
+    "PALETTE",
+    "SYMBOLS",
+    "STATIC_ENV",
+    "heatmap",
+    "curves",
+    "slider_figure",
+    "readable_log_axes",
+    "interactive",
+    "live_layout",
+    "is_static",
+    "use_book_renderer",
+]
 
 STATIC_ENV = "POSENC_STATIC"
 
@@ -83,20 +94,38 @@ _TEMPLATE = "plotly_white+posenc"
 ArrayLike = Union[np.ndarray, Sequence[float], Any]
 
 
+def _tensor_to_numpy(t: Any) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.is_floating_point() and t.element_size() < 4:  # bfloat16, float8 (no numpy dtype) and float16
+        t = t.float()
+    return t.numpy()
+
+
 def _to_numpy(a: ArrayLike) -> np.ndarray:
-    """``a`` as an array; tensors (or a list of them) from any device, half floats (bfloat16 ...) as float32."""
+    """``a`` as a numpy array: tensors (any device; bfloat16 and other half floats as float32), lists of them."""
+    if hasattr(a, "detach"):  # torch tensor
+        return np.asarray(_tensor_to_numpy(a))
     if isinstance(a, (list, tuple)) and any(hasattr(v, "detach") for v in a):  # e.g. a list of 0-d tensors
-        return np.asarray([_to_numpy(v) for v in a])
-    if hasattr(a, "detach"):  # torch tensor; numpy has no bfloat16 (nor float8)
-        a = a.detach().cpu()
-        a = (a.float() if a.is_floating_point() and a.element_size() < 4 else a).numpy()
+        return np.asarray([_tensor_to_numpy(v) if hasattr(v, "detach") else v for v in a])
     return np.asarray(a)
 
 
-def heatmap(z: ArrayLike, *, x: Optional[ArrayLike] = None, y: Optional[ArrayLike] = None, title: Optional[str] = None,
-            xlabel: Optional[str] = None, ylabel: Optional[str] = None, colorscale: str = "RdBu_r",
-            zmid: Optional[float] = None, zmin: Optional[float] = None, zmax: Optional[float] = None,
-            colorbar_title: Optional[str] = None, reversed_y: bool = True, height: int = 420) -> go.Figure:
+def heatmap(
+    z: ArrayLike,
+    *,
+    x: Optional[ArrayLike] = None,
+    y: Optional[ArrayLike] = None,
+    title: Optional[str] = None,
+    xlabel: Optional[str] = None,
+    ylabel: Optional[str] = None,
+    colorscale: str = "RdBu_r",
+    zmid: Optional[float] = None,
+    zmin: Optional[float] = None,
+    zmax: Optional[float] = None,
+    colorbar_title: Optional[str] = None,
+    reversed_y: bool = True,
+    height: int = 420,
+) -> go.Figure:
     """A 2-D array as a heatmap, row 0 at the top (like a matrix) by default."""
     z = _to_numpy(z)
     if z.ndim != 2:
@@ -119,11 +148,21 @@ def heatmap(z: ArrayLike, *, x: Optional[ArrayLike] = None, y: Optional[ArrayLik
     return fig
 
 
-def curves(x: ArrayLike, ys: Union[Mapping[str, ArrayLike], ArrayLike], *, title: Optional[str] = None,
-           xlabel: Optional[str] = None, ylabel: Optional[str] = None, mode: str = "lines", log_x: bool = False,
-           log_y: bool = False, dashes: Optional[Mapping[str, str]] = None,
-           styles: Optional[Mapping[str, Mapping[str, str]]] = None,
-           ranges: Optional[Mapping[str, Sequence[ArrayLike]]] = None, height: int = 400) -> go.Figure:
+def curves(
+    x: ArrayLike,
+    ys: Union[Mapping[str, ArrayLike], ArrayLike],
+    *,
+    title: Optional[str] = None,
+    xlabel: Optional[str] = None,
+    ylabel: Optional[str] = None,
+    mode: str = "lines",
+    log_x: bool = False,
+    log_y: bool = False,
+    dashes: Optional[Mapping[str, str]] = None,
+    styles: Optional[Mapping[str, Mapping[str, str]]] = None,
+    ranges: Optional[Mapping[str, Sequence[ArrayLike]]] = None,
+    height: int = 400,
+) -> go.Figure:
     """One or more curves over the same ``x``.
 
     Args:
@@ -477,6 +516,12 @@ def interactive(
     return widgets.VBox([*sliders.values(), out])
 
 
+# Draws a figure once plotly.js is on the page (it is loaded deferred, after the
+# text) and fits it to its container: below _NARROW px the legend goes under the
+# plot (under the slider, if any), titles wrap, sliders take the full width, the
+# mode bar is hidden and colour bars are thin. Titles always wrap to keep clear
+# of the mode bar. Redrawn when the window is resized. No network, no globals but
+# posencPlot.
 # Draws a figure once plotly.js has loaded, narrower on phones (see _figure_html); %(narrow)d and
 # %(family)s are filled in by _figure_html.
 _FIGURE_JS = (resources.files(__package__ or "posenc") / "figure.js").read_text(encoding="utf-8")
@@ -518,21 +563,30 @@ def _legend_rows(names: List[str], room: float) -> int:
     return rows if names else 0
 
 
-#: Pixels at the top of a live figure kept for plotly's mode bar (22 px high, 2 px down), and the widest a
-#: live title may be (a phone's notebook leaves a figure about 290 px).
-MODEBAR_BAND, TITLE_ROOM, _TITLE_LINE = 30, 276, 20
+#: Pixels at the top of a live figure kept free for plotly's mode bar (its buttons are 22 px high, 2 px down).
+MODEBAR_BAND = 30
+#: Widest a live figure's title may be: a phone's notebook (390 px) leaves a figure about 290 px.
+TITLE_ROOM = 276
+_TITLE_PX = 15
+_TITLE_LINE = round(_TITLE_PX * 1.3)
 
 
-def _wrap_title(text: Any, room: float = TITLE_ROOM) -> Any:
-    """``text`` in balanced lines (``<br>``) at most about ``room`` px wide in 15-px type; math is left whole."""
+def _wrap_title(text: Any, room: float, px: int = _TITLE_PX) -> Any:
+    """``text`` broken with ``<br>`` into balanced lines at most about ``room`` px wide (``px``-px font).
+
+    Math (``$...$``) is left alone: plotly draws it as one piece.
+    """
     if not isinstance(text, str) or not text or "$" in text:
         return text
-    most, lines = max(12, int(room / 8.4)), []  # an average character is ~0.56 em wide
+    most = max(12, int(room / (0.56 * px)))  # an average character of a sans-serif font is ~0.5 em wide
+    lines = []
     for part in text.split("<br>"):
-        size = len(re.sub(r"<[^>]*>", "", part))
-        per_line, line = min(most, math.ceil(size / max(1, math.ceil(size / most))) + 4), ""  # no lone last word
+        visible = len(re.sub(r"<[^>]*>", "", part))
+        per_line = min(most, math.ceil(visible / math.ceil(visible / most)) + 4)  # no one-word last line
+        line = ""
         for word in part.split(" "):
-            if line and len(re.sub(r"<[^>]*>", "", f"{line} {word}")) > per_line:
+            visible = len(re.sub(r"<[^>]*>", "", f"{line} {word}" if line else word))
+            if line and visible > per_line:
                 lines.append(line)
                 line = word
             else:
@@ -541,21 +595,30 @@ def _wrap_title(text: Any, room: float = TITLE_ROOM) -> Any:
     return "<br>".join(lines)
 
 
-def _live_title(fig: go.Figure) -> None:
-    """The title (and each slider step's) wrapped, in a top margin under a band kept for the mode bar."""
-    layout, title = fig.layout, fig.layout.title
-    steps = [s for slider in layout.sliders for s in slider.steps if len(s.args) > 1 and isinstance(s.args[1], dict)]
-    texts = [t for t in [title.text] + [s.args[1].get("title.text") for s in steps] if isinstance(t, str) and t]
-    if not texts or (title.yref == "container" and title.yanchor == "middle"):  # no title, or laid out already
-        return
-    for s in steps:
-        if s.args[1].get("title.text"):
-            s.args = [s.args[0], {**s.args[1], "title.text": _wrap_title(s.args[1]["title.text"])}, *s.args[2:]]
-    lines = max(_wrap_title(t).count("<br>") + 1 for t in texts)
+def _live_title(fig: go.Figure, width: int) -> int:
+    """Wrap the title (and every slider step's) to ``width`` px, below the mode bar's band; the px added on top."""
+    layout = fig.layout
+    title = layout.title
+    if title.yref == "container" and title.yanchor == "middle":  # done already
+        return 0
+    steps = [step for slider in layout.sliders for step in slider.steps]
+    texts = [title.text] + [step.args[1].get("title.text") for step in steps
+                            if len(step.args) > 1 and isinstance(step.args[1], dict)]
+    if not any(isinstance(t, str) and t for t in texts):
+        return 0
+    room = min(width - 24, TITLE_ROOM)
+    lines = max(_wrap_title(t, room).count("<br>") + 1 for t in texts if isinstance(t, str) and t)
+    for step in steps:
+        if len(step.args) > 1 and isinstance(step.args[1], dict) and step.args[1].get("title.text"):
+            step.args = [step.args[0], {**step.args[1], "title.text": _wrap_title(step.args[1]["title.text"], room)},
+                         *step.args[2:]]
     top = 50 if layout.margin.t is None else layout.margin.t
-    added = max(0, MODEBAR_BAND + lines * _TITLE_LINE + 12 - top)
-    fig.update_layout(title=dict(text=_wrap_title(title.text), yref="container", yanchor="middle"),
+    needed = MODEBAR_BAND + lines * _TITLE_LINE + 8 + 4
+    added = max(0, needed - top)
+    # placed by the middle of its lines (plotly centres several lines right, but anchors their top a line off)
+    fig.update_layout(title=dict(text=_wrap_title(title.text, room), yref="container", yanchor="middle"),
                       margin=dict(t=top + added), height=(layout.height or 450) + added)
+    return added
 
 
 def live_layout(fig: go.Figure, width: int = 360) -> go.Figure:
@@ -563,17 +626,20 @@ def live_layout(fig: go.Figure, width: int = 360) -> go.Figure:
 
     The website fits each figure to its width in the browser; a notebook front
     end draws plotly's layout as it is, where a legend on the right leaves a
-    phone 100-150 px of plot and the mode bar (top right) covers a long title.
-    Here the title wraps to :data:`TITLE_ROOM` px, under a band of
-    :data:`MODEBAR_BAND` px kept for the mode bar; the legend goes under the
-    plot, in as many rows as a ``width``-px screen needs; side margins shrink.
+    phone 100-150 px of plot, and the mode bar (plotly's toolbar, top right)
+    covers a long title. Here the title wraps to a phone's width (at most
+    :data:`TITLE_ROOM` px) and sits on top of the plot, under a band of
+    :data:`MODEBAR_BAND` px kept for the mode bar, the legend
+    goes under the plot, in as many rows as the screen needs, and the side
+    margins shrink.
     """
-    _live_title(fig)
+    _live_title(fig, width)
     _live_legend(fig, width)
     title = fig.layout.title
     if title.yref == "container" and title.yanchor == "middle" and isinstance(title.text, str):
         lines = title.text.count("<br>") + 1  # plotly draws each line after the first ~7 px lower than centred
-        title.y = 1 - (MODEBAR_BAND + 2 + lines * _TITLE_LINE / 2 - 7 * (lines - 1)) / (fig.layout.height or 450)
+        middle = MODEBAR_BAND + 2 + lines * _TITLE_LINE / 2 - 7 * (lines - 1)   # px from the top
+        title.y = 1 - middle / (fig.layout.height or 450)
     return fig
 
 
