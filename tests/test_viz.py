@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import posenc as pe
+import posenc._render
 
 
 def _fig(value):
@@ -199,7 +200,7 @@ def test_live_figures_put_the_legend_under_the_plot():
     out = pe.viz.live_layout(go.Figure(fig), width=360)
     legend = out.layout.legend
     assert (legend.orientation, legend.yref, legend.y, legend.yanchor) == ("h", "container", 0, "bottom")
-    rows = pe.viz._legend_rows([t.name for t in fig.data], 360 - 16)
+    rows = posenc._render._legend_rows([t.name for t in fig.data], 360 - 16)
     top = out.layout.margin.t - 50                                                   # room for the title, below
     assert rows >= 3 and out.layout.height == 400 + top + rows * 20 + 8 and out.layout.margin.b >= 50 + rows * 20 + 8
     assert out.layout.margin.r <= 20
@@ -235,12 +236,12 @@ def test_live_titles_wrap_to_a_phone_and_keep_clear_of_the_mode_bar():
     title = out.layout.title
     lines = title.text.split("<br>")
     assert " ".join(lines) == long and len(lines) == 3
-    assert all(len(line) * 0.56 * 15 <= pe.viz.TITLE_ROOM for line in lines)     # ~8.4 px a character
+    assert all(len(line) * 0.56 * 15 <= posenc._render.TITLE_ROOM for line in lines)     # ~8.4 px a character
     assert max(map(len, lines)) - min(map(len, lines)) <= 8                          # balanced, no lone last word
     assert (title.yref, title.yanchor) == ("container", "middle")
     middle = (1 - title.y) * out.layout.height                                       # px from the top
-    assert pe.viz.MODEBAR_BAND + 10 <= middle <= out.layout.margin.t - 20
-    assert out.layout.margin.t >= pe.viz.MODEBAR_BAND + 3 * 19                        # three lines fit above the plot
+    assert posenc._render.MODEBAR_BAND + 10 <= middle <= out.layout.margin.t - 20
+    assert out.layout.margin.t >= posenc._render.MODEBAR_BAND + 3 * 19                        # three lines fit above the plot
     assert out.layout.height - out.layout.margin.t - out.layout.margin.b == 400 - 50 - 50  # the plot keeps its height
     again = pe.viz.live_layout(out, width=360)
     assert again.layout.title.text == title.text and again.layout.height == out.layout.height  # once only
