@@ -220,16 +220,20 @@ def _align_positions(pos: torch.Tensor, batch: Sequence[int], length: int, what:
     The rule of the library: ``(length,)`` is shared by every row; a 2-D
     ``(batch, length)`` of a 4-D ``x (batch, heads, seq, dim)``, or of a 5-D
     ``x (2, batch, heads, seq, dim)`` (queries and keys stacked, as a scheme's
-    ``rotate`` hook receives them), is viewed as ``(batch, 1, length)`` (the
-    same positions for every head, and for queries and keys; also when
-    ``batch == heads``); any other shape
+    ``rotate`` hook receives them; also when ``batch == heads``), is viewed as
+    ``(batch, 1, length)`` (the same positions for every head, and for queries
+    and keys); any other shape
     must have at most ``x.ndim - 1`` dimensions, each 1 or equal to ``x``'s
     (right-aligned): positions never broadcast ``x`` to a larger output.
     """
     if pos.ndim == 0 or pos.shape[-1] != length:
         got = "a single number" if pos.ndim == 0 else f"shape {tuple(pos.shape)}"
         raise ValueError(f"positions must be ({length},) or (..., {length}), ending in the {what} {length}; got {got}")
-    aligned = pos[:, None] if pos.ndim == 2 and len(batch) in (2, 3) else pos  # (batch, 1, length)
+    # 5-D: (batch, length) of stacked (2, batch, heads, ...), else right-aligned ((q_len, k_len) per pair of
+    # (batch, heads, q_len, k_len, dim)); first size equal to both batch and heads: stacked if x starts with 2
+    stacked = (len(batch) == 3 and pos.ndim == 2 and pos.shape[0] == batch[1] != 1
+               and (pos.shape[0] != batch[2] or batch[0] == 2))
+    aligned = pos[:, None] if pos.ndim == 2 and len(batch) == 2 or stacked else pos  # (batch, 1, length)
     fits = aligned.ndim <= len(batch) + 1
     if not fits or any(p not in (1, s) for p, s in zip(aligned.shape[:-1], batch[len(batch) + 1 - aligned.ndim:])):
         raise ValueError(f"positions of shape {tuple(pos.shape)} do not fit {name} of shape "
