@@ -27,6 +27,7 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import inspect
 import json
 import os
 import warnings
@@ -36,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 
 from .runtime import _atomic_save, cache_dir
-from .scheme import _source_hash
+from .scheme import PositionScheme, _code_text, _constants, _source_hash
 
 _VERSION = 1
 
@@ -185,3 +186,66 @@ def save(key: Optional[str], result: Any) -> None:
 def _warn_unwritable(reason: str) -> None:
     warnings.warn(f"could not write the evaluation cache ({reason}); evaluations are measured every time "
                   "(set POSENC_CACHE to a writable folder, or POSENC_EVAL_CACHE=0)", RuntimeWarning, stacklevel=4)
+
+
+# The run key of posenc.train names a scheme class of yours by what it computes, not where it was imported from
+
+
+def scheme_classes(model: torch.nn.Module) -> Dict[str, Any]:
+    """``{"module.Qualname": ("Qualname", code hash)}`` for each position scheme of ``model`` not from ``posenc``."""
+    names = {}
+    for module in model.modules():
+        cls = type(module)
+        if isinstance(module, PositionScheme) and not cls.__module__.startswith("posenc."):
+            names[f"{cls.__module__}.{cls.__qualname__}"] = (cls.__qualname__, code_hash(cls))
+    return names
+
+
+def code_hash(cls: type) -> str:  # not cached: a module constant may change while the class stays
+    """The scheme's source hash (:func:`posenc.scheme._source_hash`) with the module constants it reads named
+    without their module: the code and the constants' values, wherever the class was imported from."""
+    digest = hashlib.sha256()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith(("posenc", "torch", "builtins")):
+            continue
+        try:
+            digest.update(inspect.getsource(klass).encode())
+            continue
+        except (OSError, TypeError):
+            pass
+        for name, value in sorted(vars(klass).items()):
+            function = getattr(value, "__func__", getattr(value, "fget", value))  # methods, properties
+            code = getattr(function, "__code__", None)
+            if code is None:
+                continue
+            try:
+                text = inspect.getsource(function)
+            except (OSError, TypeError):
+                text = _code_text(code)
+            digest.update(f"{name}\n{text}".encode())
+    constants = sorted((name.rpartition(".")[2], repr(value)) for name, value in _constants(cls).items())
+    for name, value in constants:
+        digest.update(f"{name}={value}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def without_modules(config: Any, names: Dict[str, Any]) -> Any:
+    """``config`` with the schemes of yours named by their class alone, not by the module that defines them.
+
+    The run key describes what a scheme computes: its settings and a hash of
+    its source code (:meth:`~posenc.PositionScheme.config`). The module it
+    was imported from computes nothing: the class of a notebook
+    (``__main__.X``) moved into a file (``task2.X``) is the same run, and
+    loads. A class of the same name with other code keeps another key.
+    """
+    if isinstance(config, dict):
+        named = names.get(config.get("scheme")) if isinstance(config.get("scheme"), str) else None
+        out = {k: without_modules(v, names) for k, v in config.items()}
+        if named is not None:
+            out["scheme"] = named[0]
+            if "source" in out:  # its hash names the module of each constant the methods read: without it
+                out["source"] = named[1]
+        return out
+    if isinstance(config, (list, tuple)):
+        return [without_modules(v, names) for v in config]
+    return config

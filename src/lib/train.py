@@ -29,7 +29,6 @@ import contextvars
 import copy
 import functools
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -42,12 +41,13 @@ from typing import Any, Dict, List, Optional, TypedDict
 import torch
 import torch.nn.functional as F
 
+from ._evalcache import scheme_classes, without_modules
 from .data import IGNORE_INDEX
 from .model import TinyLM
 from ._validate import check_int, check_number, make_module_callable
 from .evaluate import LengthResult, _check_data, _positive, evaluate_lengths, evaluation_batches  # noqa: F401
 from .sampling import _check_sampling, sample_positions
-from .scheme import PositionScheme, retunable_options
+from .scheme import retunable_options
 from .runtime import _atomic_save, _exclusive, _stray_temporaries, cache_dir, pick_device, running_mode, seed_everything
 
 __all__ = [
@@ -206,68 +206,6 @@ def run_key(config: Dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _class_names(model: torch.nn.Module) -> Dict[str, Any]:
-    """``{"module.Qualname": ("Qualname", code hash)}`` for every position scheme of ``model`` defined outside ``posenc``."""
-    names = {}
-    for module in model.modules():
-        cls = type(module)
-        if isinstance(module, PositionScheme) and not cls.__module__.startswith("posenc."):
-            names[f"{cls.__module__}.{cls.__qualname__}"] = (cls.__qualname__, _code_hash(cls))
-    return names
-
-
-def _code_hash(cls: type) -> str:  # not cached: a module constant may change while the class stays
-    """The scheme's source hash (:func:`posenc.scheme._source_hash`) with the module constants it reads named
-    without their module: the code and the constants' values, wherever the class was imported from."""
-    from .scheme import _code_text, _constants
-
-    digest = hashlib.sha256()
-    for klass in cls.__mro__:
-        if klass.__module__.startswith(("posenc", "torch", "builtins")):
-            continue
-        try:
-            digest.update(inspect.getsource(klass).encode())
-            continue
-        except (OSError, TypeError):
-            pass
-        for name, value in sorted(vars(klass).items()):
-            function = getattr(value, "__func__", getattr(value, "fget", value))  # methods, properties
-            code = getattr(function, "__code__", None)
-            if code is None:
-                continue
-            try:
-                text = inspect.getsource(function)
-            except (OSError, TypeError):
-                text = _code_text(code)
-            digest.update(f"{name}\n{text}".encode())
-    constants = sorted((name.rpartition(".")[2], repr(value)) for name, value in _constants(cls).items())
-    for name, value in constants:
-        digest.update(f"{name}={value}\n".encode())
-    return digest.hexdigest()[:16]
-
-
-def _without_modules(config: Any, names: Dict[str, Any]) -> Any:
-    """``config`` with the schemes of yours named by their class alone, not by the module that defines them.
-
-    The run key describes what a scheme computes: its settings and a hash of
-    its source code (:meth:`~posenc.PositionScheme.config`). The module it
-    was imported from computes nothing: the class of a notebook
-    (``__main__.X``) moved into a file (``task2.X``) is the same run, and
-    loads. A class of the same name with other code keeps another key.
-    """
-    if isinstance(config, dict):
-        named = names.get(config.get("scheme")) if isinstance(config.get("scheme"), str) else None
-        out = {k: _without_modules(v, names) for k, v in config.items()}
-        if named is not None:
-            out["scheme"] = named[0]
-            if "source" in out:  # its hash names the module of each constant the methods read: without it
-                out["source"] = named[1]
-        return out
-    if isinstance(config, (list, tuple)):
-        return [_without_modules(v, names) for v in config]
-    return config
-
-
 def _architecture(model_config: Dict[str, Any]) -> Any:
     """A model config as plain JSON values, without the options a fine-tune may change (:func:`retunable_options`)."""
     def strip(position: Any) -> Any:
@@ -339,16 +277,14 @@ def _progress_shown(enabled: bool = True) -> bool:
     return bool(enabled) and not static and not silenced
 
 
-#: Set by :func:`posenc.train_seeds` while it trains a set of runs here: the one bar over the set, which every
-#: run's steps advance instead of drawing a bar of its own
+#: Set by :func:`posenc.train_seeds` while it trains runs here: the one bar over the set, advanced by every step
 _SET_BAR: contextvars.ContextVar = contextvars.ContextVar("posenc_set_bar", default=None)
 
 
 def _progress_bar(total: int, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
-    # mininterval: at most one refresh per second
-    options = dict(total=total, desc=desc, disable=not _progress_shown(enabled), leave=False, mininterval=1.0)
+    options = dict(total=total, desc=desc, disable=not _progress_shown(enabled), leave=False, mininterval=1.0)  # 1/s
     if options["disable"] or "tqdm.notebook" not in {c.__module__ for c in tqdm.__mro__}:  # terminal: tqdm's own
         return tqdm(**options)
 
@@ -527,7 +463,6 @@ def train(
 @dataclass
 class _Plan:
     """A checked :func:`train` call: its arguments as Python values, the run's configuration, key and cache file."""
-
     model: TinyLM
     data: Any
     steps: int
@@ -587,8 +522,8 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
     if init is not None:
         if not isinstance(init, TrainResult):
             raise ValueError(f"init must be the TrainResult of an earlier pe.train run, got {type(init).__name__}")
-        if (_architecture(_without_modules(init.config["model"], _class_names(init.model)))
-                != _architecture(_without_modules(model.config, _class_names(model)))):
+        if (_architecture(without_modules(init.config["model"], scheme_classes(init.model)))
+                != _architecture(without_modules(model.config, scheme_classes(model)))):
             raise ValueError("init= must come from a model of the same architecture (only a RoPE base may differ, or what "
                              "a scheme of yours lists in its class attribute `retunable`): "
                              f"the earlier run has {init.config['model']}, this model {model.config}")
@@ -623,7 +558,7 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
         config["train"]["position_sampling"] = dict(kind=position_sampling, max_position=max_position)
     if init is not None:
         config["init"] = init.key
-    keyed = _without_modules(config, _class_names(model))  # what the run computes: the key's, and the entry's
+    keyed = without_modules(config, scheme_classes(model))  # what the run computes: the key's and the entry's
     key = run_key(keyed)
     path: Optional[Path] = None
     if cache:
@@ -639,11 +574,10 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
 def _run(plan: _Plan, progress: bool) -> TrainResult:
     """Load or train the run of ``plan`` (the body of :func:`train`)."""
     model, data, config, key, path, device = plan.model, plan.data, plan.config, plan.key, plan.path, plan.device
-    steps, seq_len, batch_size, lr, seed, warmup = (plan.steps, plan.seq_len, plan.batch_size, plan.lr, plan.seed,
-                                                    plan.warmup)
-    weight_decay, grad_clip, cpu_threads, init_state = (plan.weight_decay, plan.grad_clip, plan.cpu_threads,
-                                                        plan.init_state)
-    position_sampling, max_position = plan.position_sampling, plan.max_position
+    names = ("steps", "seq_len", "batch_size", "lr", "seed", "warmup", "weight_decay", "grad_clip", "cpu_threads",
+             "init_state", "position_sampling", "max_position")
+    (steps, seq_len, batch_size, lr, seed, warmup, weight_decay, grad_clip, cpu_threads, init_state, position_sampling,
+     max_position) = (getattr(plan, k) for k in names)
     cache = path is not None
     model.to(device)
 
