@@ -130,14 +130,14 @@ def test_bad_arguments():
 
 
 def test_presets(monkeypatch):
-    small, full = T.training_preset("small"), T.training_preset("full")
+    small, full = pe.training_preset("small"), pe.training_preset("full")
     assert small.mode == "small" and full.mode == "full"
     assert full.d_model > small.d_model and full.steps > small.steps and full.seq_len > small.seq_len
     monkeypatch.setenv("POSENC_SIZE", "full")
-    assert T.training_preset() == full
+    assert pe.training_preset() == full
     monkeypatch.setenv("POSENC_SIZE", "small")
-    assert T.training_preset(steps=7).steps == 7
-    for preset in (small, full, T.training_preset("small", steps=1)):
+    assert pe.training_preset(steps=7).steps == 7
+    for preset in (small, full, pe.training_preset("small", steps=1)):
         retrieval, base = preset.retrieval_kwargs(), preset.train_kwargs()
         assert retrieval["batch_size"] == 2 * base["batch_size"] and 1 <= retrieval["steps"] <= base["steps"]
         assert abs(retrieval["steps"] - 2 * base["steps"] / 3) <= 0.5                      # two thirds, rounded
@@ -147,9 +147,9 @@ def test_presets(monkeypatch):
     assert model.max_len == 8 * small.seq_len and model.train_len == small.seq_len
     assert small.make_model(10, "rope").d_model == small.d_model
     with pytest.raises(ValueError):
-        T.training_preset("huge")
+        pe.training_preset("huge")
     with pytest.raises(ValueError):
-        T.training_preset(colour="red")
+        pe.training_preset(colour="red")
 
 
 def test_exported():
@@ -323,7 +323,7 @@ def test_training_is_the_same_whatever_the_thread_count():
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            preset = T.training_preset("small", steps=30)  # the book's size: its sums are split across threads
+            preset = pe.training_preset("small", steps=30)  # the book's size: its sums are split across threads
             results.append(T.train(preset.make_model(CHAIN.vocab_size, "alibi"), CHAIN, **preset.train_kwargs(),
                                    cache=False, progress=False))
             assert torch.get_num_threads() == threads  # restored

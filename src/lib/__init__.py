@@ -185,10 +185,9 @@ from .passkey import (
     passkey_accuracy,
     passkey_sequences,
 )
+from .presets import TrainingPreset, training_preset
 from .train import (
     TrainResult,
-    TrainingPreset,
-    training_preset,
     run_key,
     train,
 )

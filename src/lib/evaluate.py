@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from . import _evalcache
 from .data import IGNORE_INDEX
 from .model import TinyLM
+from ._costs import accounted
 from ._validate import check_int, check_number
 from .sampling import _check_sampling, sample_positions
 
@@ -172,40 +173,42 @@ def evaluate_lengths(
     model.eval()
     use_bf16 = torch.device(device).type == "cuda"
     out: Dict[int, LengthResult] = {}
-    try:
-        for n, key in zip(lengths, keys):
-            per_pass = max(1, min(batch_size, max_tokens // n))
-            if stored[n] is not None:
-                out[n] = stored[n]
-                if sampled:  # the generator moves on as if this length had been measured
-                    for rows in _passes(batches, batch_size, per_pass):
-                        sample_positions(position_sampling, rows, n, max_position, ids_generator)
-                continue
-            loss_sum = torch.zeros(n, dtype=torch.float64)
-            count = torch.zeros(n, dtype=torch.float64)
-            correct = 0
-            for x_all, y_all in evaluation_batches(data, n, batches, seed, batch_size=batch_size, split=split):
-                for i in range(0, batch_size, per_pass):
-                    x, y = x_all[i:i + per_pass].to(device), y_all[i:i + per_pass].to(device)
-                    ids = sample_positions(position_sampling, x.shape[0], n, max_position, ids_generator)
-                    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                        logits = model(x, positions=None if ids is None else ids.to(device))
-                    logits = logits.float()
-                    nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX,
-                                          reduction="none")  # (b, n), 0 where ignored
-                    counted = y != IGNORE_INDEX
-                    loss_sum += nll.sum(0).double().cpu()
-                    count += counted.sum(0).double().cpu()
-                    correct += int(((logits.argmax(-1) == y) & counted).sum())
-            tokens = int(count.sum())
-            if tokens == 0:
-                raise ValueError(f"no counted targets at length {n}")
-            loss = float(loss_sum.sum() / tokens)
-            position_loss = torch.where(count > 0, loss_sum / count.clamp(min=1), torch.full_like(count, float("nan")))
-            out[n] = LengthResult(n, loss, math.exp(min(loss, 700.0)), correct / tokens, tokens, position_loss)
-            _evalcache.save(key, [n, loss, out[n].ppl, out[n].accuracy, tokens, position_loss])
-    finally:
-        model.train(was_training)
+    with accounted("evaluate"):  # the build's cost table (posenc._costs)
+        try:
+            for n, key in zip(lengths, keys):
+                per_pass = max(1, min(batch_size, max_tokens // n))
+                if stored[n] is not None:
+                    out[n] = stored[n]
+                    if sampled:  # the generator moves on as if this length had been measured
+                        for rows in _passes(batches, batch_size, per_pass):
+                            sample_positions(position_sampling, rows, n, max_position, ids_generator)
+                    continue
+                loss_sum = torch.zeros(n, dtype=torch.float64)
+                count = torch.zeros(n, dtype=torch.float64)
+                correct = 0
+                for x_all, y_all in evaluation_batches(data, n, batches, seed, batch_size=batch_size, split=split):
+                    for i in range(0, batch_size, per_pass):
+                        x, y = x_all[i:i + per_pass].to(device), y_all[i:i + per_pass].to(device)
+                        ids = sample_positions(position_sampling, x.shape[0], n, max_position, ids_generator)
+                        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                            logits = model(x, positions=None if ids is None else ids.to(device))
+                        logits = logits.float()
+                        nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX,
+                                              reduction="none")  # (b, n), 0 where ignored
+                        counted = y != IGNORE_INDEX
+                        loss_sum += nll.sum(0).double().cpu()
+                        count += counted.sum(0).double().cpu()
+                        correct += int(((logits.argmax(-1) == y) & counted).sum())
+                tokens = int(count.sum())
+                if tokens == 0:
+                    raise ValueError(f"no counted targets at length {n}")
+                loss = float(loss_sum.sum() / tokens)
+                position_loss = torch.where(count > 0, loss_sum / count.clamp(min=1),
+                                            torch.full_like(count, float("nan")))
+                out[n] = LengthResult(n, loss, math.exp(min(loss, 700.0)), correct / tokens, tokens, position_loss)
+                _evalcache.save(key, [n, loss, out[n].ppl, out[n].accuracy, tokens, position_loss])
+        finally:
+            model.train(was_training)
     return out
 
 

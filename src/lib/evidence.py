@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from ._costs import accounted
 from ._validate import check_int
 from .runtime import _RunBusy, pick_device
 from .train import (_SET_BAR, TrainResult, _busy_runs_raise, _plan, _progress_bar, _progress_shown, _run,
@@ -437,10 +438,10 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
     side_by_side = _side_by_side(plans, todo, workers)
     if shown:
         print(_cost_line(plans, todo, side_by_side), flush=True)
-    with _progress_bar(sum(plans[i].steps for i in todo),
-                       f"{len(todo)} run{'s' if len(todo) != 1 else ''}"
-                       + (f", {side_by_side} at a time" if side_by_side > 1 else ""),
-                       shown and bool(todo)) as bar:
+    with accounted("train") as cost, _progress_bar(sum(plans[i].steps for i in todo),
+                                                   f"{len(todo)} run{'s' if len(todo) != 1 else ''}"
+                                                   + (f", {side_by_side} at a time" if side_by_side > 1 else ""),
+                                                   shown and bool(todo)) as bar:
         trained = _train_in_workers(plans, todo, side_by_side, bar) if side_by_side > 1 else {}
         done: Dict[int, TrainResult] = {}
         token = _SET_BAR.set(bar)  # the runs trained here advance the one bar
@@ -456,6 +457,7 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
                     done[i] = _run(plan, False)  # waits for it, then loads it
         finally:
             _SET_BAR.reset(token)
+        cost["runs"] = sum(1 for i in done if i in trained or not done[i].from_cache)  # trained in this call
     runs: Dict[Any, List[TrainResult]] = {name: [] for name in makers}
     for i, (name, _, _) in enumerate(jobs):
         result = done[i]

@@ -11,9 +11,8 @@
   et al. (2022).
 * ``position_sampling`` trains on sampled position ids (randomized positions,
   PoSE: :mod:`posenc.sampling`).
-* :func:`training_preset` gives model and training sizes for the running
-  mode (:func:`posenc.running_mode`): seconds per model on a 2-core CPU in
-  ``"small"`` mode, bigger models and longer training in ``"full"`` mode.
+* :func:`posenc.training_preset` (:mod:`posenc.presets`) gives model and
+  training sizes for the running mode.
 
 The run cache lives in ``$POSENC_CACHE/runs`` if that variable is set, else in
 ``~/.cache/posenc/runs``; delete it to retrain. An entry is written
@@ -34,13 +33,14 @@ import math
 import os
 import time
 import warnings
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
 
+from ._costs import accounted
 from ._evalcache import scheme_classes, without_modules
 from .data import IGNORE_INDEX
 from .model import TinyLM
@@ -48,19 +48,16 @@ from ._validate import check_int, check_number, make_module_callable
 from .evaluate import LengthResult, _check_data, _positive, evaluate_lengths, evaluation_batches  # noqa: F401
 from .sampling import _check_sampling, sample_positions
 from .scheme import retunable_options
-from .runtime import _atomic_save, _exclusive, _stray_temporaries, cache_dir, pick_device, running_mode, seed_everything
+from .runtime import _atomic_save, _exclusive, _stray_temporaries, cache_dir, pick_device, seed_everything
 
 __all__ = [
     "TrainResult",
-    "TrainingPreset",
-    "training_preset",
     "run_key",
     "train",
 ]
 
 #: Bump to invalidate every cached run after a change that alters training.
 CACHE_VERSION = 2
-_ModelSizes = TypedDict("_ModelSizes", {"d_model": int, "n_layers": int, "n_heads": int})  # typed model_kwargs()
 
 
 @dataclass
@@ -93,111 +90,6 @@ class TrainResult:
         """Mean training loss over the last 10% of the steps."""
         tail = self.losses[-max(1, len(self.losses) // 10):]
         return sum(tail) / len(tail)
-
-
-@dataclass(frozen=True)
-class TrainingPreset:
-    """Model and training sizes for one running mode.
-
-    ``model_kwargs()`` feeds :class:`~posenc.model.TinyLM`, ``train_kwargs()``
-    feeds :func:`train` (``retrieval_kwargs()`` for the retrieval tasks);
-    :meth:`make_model` does both jobs of building a model.
-    """
-
-    mode: str
-    d_model: int
-    n_layers: int
-    n_heads: int
-    seq_len: int
-    batch_size: int
-    steps: int
-    lr: float
-    warmup: int
-    eval_batches: int
-    eval_batch_size: int
-
-    def __post_init__(self) -> None:  # every field checked (and a Python value), so overrides fail early
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "lr":
-                object.__setattr__(self, f.name, check_number("lr", value, 0.0))
-            elif f.name == "warmup":
-                object.__setattr__(self, f.name, check_int("warmup", value, low=0))
-            elif f.name != "mode":
-                object.__setattr__(self, f.name, check_int(f.name, value))
-
-    def model_kwargs(self) -> _ModelSizes:
-        """``d_model``, ``n_layers``, ``n_heads``."""
-        return _ModelSizes(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads)
-
-    def train_kwargs(self) -> Dict[str, Any]:
-        """``steps``, ``seq_len``, ``batch_size``, ``lr``, ``warmup``."""
-        return dict(steps=self.steps, seq_len=self.seq_len, batch_size=self.batch_size,
-                    lr=self.lr, warmup=self.warmup)
-
-    def retrieval_kwargs(self) -> Dict[str, Any]:
-        """:meth:`train_kwargs` for the retrieval tasks (passkey, multi-key): twice the batch, two thirds of the steps.
-
-        A retrieval task is learned in a jump (the model finds the key, then
-        copies what follows it), and how soon it comes depends on the number of
-        sequences seen more than on the number of steps: twice the batch for
-        two thirds of the steps (4/3 of the tokens) gets every seed of the
-        softmax models of chapters 8 and 9 to the answer within ``seq_len``,
-        which the chapters check before they test beyond it. Chapter 10's
-        linear layouts, slower learners, train at half the rate for all of
-        ``steps``.
-
-        >>> kw = training_preset("small").retrieval_kwargs()
-        >>> kw["batch_size"], kw["steps"]
-        (32, 200)
-        """
-        return dict(self.train_kwargs(), batch_size=2 * self.batch_size, steps=max(1, round(2 * self.steps / 3)))
-
-    def make_model(self, vocab_size: int, position: Any, *, max_len_factor: int = 8,
-                   **overrides: Any) -> TinyLM:
-        """A :class:`TinyLM` of this preset's size, with ``position`` a scheme name or object.
-
-        For ``position="learned"`` the table gets ``max_len_factor * seq_len``
-        rows, so the model can be *run* at longer lengths even though only the
-        first ``seq_len`` rows are ever trained. ``train_len`` is set to
-        ``seq_len``.
-        """
-        kwargs: Dict[str, Any] = dict(self.model_kwargs(), train_len=self.seq_len)
-        if position == "learned":
-            kwargs["max_len"] = max_len_factor * self.seq_len
-        if position == "t5":  # T5: 32 buckets up to 128 for L = 512; here up to L / 2
-            kwargs["max_distance"] = max(17, self.seq_len // 2)
-        kwargs.update(overrides)
-        return TinyLM(vocab_size, position=position, **kwargs)
-
-
-_PRESETS = {
-    # A 2-core CPU trains one model in a few seconds (~100k parameters).
-    "small": TrainingPreset(mode="small", d_model=64, n_layers=2, n_heads=4, seq_len=64,
-                            batch_size=16, steps=300, lr=6e-3, warmup=30,
-                            eval_batches=4, eval_batch_size=8),
-    # A GPU (bf16) trains one model in about a minute (~3M parameters).
-    "full": TrainingPreset(mode="full", d_model=256, n_layers=4, n_heads=8, seq_len=256,
-                           batch_size=64, steps=3000, lr=1e-3, warmup=200,
-                           eval_batches=16, eval_batch_size=16),
-}
-
-
-def training_preset(mode: Optional[str] = None, **overrides: Any) -> TrainingPreset:
-    """The preset of ``mode`` (default :func:`posenc.running_mode`), with overrides.
-
-    >>> training_preset("small").seq_len
-    64
-    >>> training_preset("small", steps=10).steps
-    10
-    """
-    mode = running_mode() if mode is None else mode
-    if mode not in _PRESETS:
-        raise ValueError(f"mode must be one of {tuple(_PRESETS)}, got {mode!r}")
-    unknown = set(overrides) - set(TrainingPreset.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown preset fields {sorted(unknown)}")
-    return replace(_PRESETS[mode], **overrides)
 
 
 def run_key(config: Dict[str, Any]) -> str:
@@ -590,41 +482,42 @@ def _run(plan: _Plan, progress: bool) -> TrainResult:
                 return TrainResult(model, saved["losses"], saved["grad_norms"], True, 0, saved["seconds"], key,
                                    config)
 
-        seed_everything(seed)
-        if init_state is None:
-            model.reset_parameters(generator=torch.Generator().manual_seed(seed))
-        else:
-            model.load_state_dict(init_state)
-        model.to(device)
-        model.train()
-        batches = torch.Generator().manual_seed(seed + 1)
-        opt = _adamw(_param_groups(model, weight_decay), lr)
-        losses: List[float] = []
-        norms: List[torch.Tensor] = []
-        params = [p for p in model.parameters() if p.requires_grad]
-        start = time.perf_counter()
-        threads = torch.get_num_threads()
-        if device.type == "cpu" and cpu_threads is not None:
-            torch.set_num_threads(cpu_threads)
-        sampling = None
-        if position_sampling is not None:
-            ids_generator = torch.Generator().manual_seed(seed + 2)
-            sampling = functools.partial(sample_positions, position_sampling, max_position=max_position,
-                                         generator=ids_generator)
-        try:
-            _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
-                      batches, device, progress, sampling)
-        finally:
-            torch.set_num_threads(threads)
-        seconds = time.perf_counter() - start
-        grad_norms = torch.stack(norms).tolist() if norms else []
-        model.eval()
+        with accounted("train", runs=1):  # the build's cost table (posenc._costs)
+            seed_everything(seed)
+            if init_state is None:
+                model.reset_parameters(generator=torch.Generator().manual_seed(seed))
+            else:
+                model.load_state_dict(init_state)
+            model.to(device)
+            model.train()
+            batches = torch.Generator().manual_seed(seed + 1)
+            opt = _adamw(_param_groups(model, weight_decay), lr)
+            losses: List[float] = []
+            norms: List[torch.Tensor] = []
+            params = [p for p in model.parameters() if p.requires_grad]
+            start = time.perf_counter()
+            threads = torch.get_num_threads()
+            if device.type == "cpu" and cpu_threads is not None:
+                torch.set_num_threads(cpu_threads)
+            sampling = None
+            if position_sampling is not None:
+                ids_generator = torch.Generator().manual_seed(seed + 2)
+                sampling = functools.partial(sample_positions, position_sampling, max_position=max_position,
+                                             generator=ids_generator)
+            try:
+                _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
+                          batches, device, progress, sampling)
+            finally:
+                torch.set_num_threads(threads)
+            seconds = time.perf_counter() - start
+            grad_norms = torch.stack(norms).tolist() if norms else []
+            model.eval()
 
-        if cache:
-            state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-            _save_run(path, dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
-                                 config=json.dumps(plan.keyed, default=str, sort_keys=True)))
-        return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
+            if cache:
+                state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+                _save_run(path, dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
+                                     config=json.dumps(plan.keyed, default=str, sort_keys=True)))
+            return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
 
 
 make_module_callable(__name__, train)
