@@ -365,25 +365,6 @@ def test_forked_trainers_keep_to_the_process_s_share_of_the_cores(monkeypatch):
         assert _usable_cores() == cores
 
 
-def test_verdict_names_the_outcome_of_two_tests_on_the_spread():
-    a, b, c = pe.spread([0.1, 0.2, 0.15]), pe.spread([0.5, 0.6, 0.55]), pe.spread([0.12, 0.52, 0.3])
-    assert pe.verdict(a.below(b), a.above(b), "loss") == "reproduced"
-    assert pe.verdict(b.below(a), b.above(a), "loss") == "not reproduced"
-    assert pe.verdict(a.below(c), a.above(c), "loss at L") == "within seed noise (loss at L)"
-    assert pe.verdict(False, False) == "within seed noise"
-    assert pe.verdict(True, False, "x", needs=["a", "b"], unsolved=["b", "a", "c"]) == "no conclusion (a and b not solved within L)"
-    assert pe.verdict(False, True, needs=["a"], unsolved=["c"]) == "not reproduced"
-    assert pe.verdict(torch.tensor(True), np.bool_(False)) == "reproduced"
-
-
-@pytest.mark.parametrize("bad", [dict(reproduced=True, contradicted=True), dict(reproduced=1, contradicted=False),
-                                 dict(reproduced=None, contradicted=False), dict(reproduced=torch.tensor([True]), contradicted=False),
-                                 dict(reproduced=False, contradicted=False, needs="gated")])
-def test_verdict_refuses_what_is_not_two_exclusive_tests(bad):
-    with pytest.raises(ValueError):
-        pe.verdict(**bad)
-
-
 @given(st.floats(-1e-3, 1e-3, allow_nan=False), st.sampled_from(["+.2f", ".2f", "+.3f", ".1%", "+.0f", ".2e"]))
 def test_spread_format_never_writes_minus_zero(value, spec):
     """A value that rounds to zero is written without a minus sign; every other one exactly as format() writes it."""

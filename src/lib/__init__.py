@@ -204,7 +204,6 @@ from .evidence import (
     per_seed,
     train_seeds,
     separated,
-    verdict,
     glue,
 )
 from .claims import Verdict, judge
@@ -366,7 +365,6 @@ __all__ = [
     "per_seed",
     "train_seeds",
     "separated",
-    "verdict",
     "glue",
     "run_key",
     "train",

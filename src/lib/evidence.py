@@ -15,9 +15,10 @@ only where the ranges separate, and quotes numbers from the run itself:
   (side by side on a CPU), :func:`spread` aggregates per-seed results, leaf
   by leaf, into :class:`Spread` values (mean, min, max), and
   :func:`over_seeds` does both.
-* :func:`separated` says whether two ranges separate, the condition for a
-  verdict; :func:`glue` hands a number to the page's prose (myst-nb's
-  ``{glue:text}`` role) and returns its text.
+* :func:`separated` says whether two ranges separate, the first condition
+  for a verdict (:func:`posenc.judge` weighs the others); :func:`glue` hands
+  a number to the page's prose (myst-nb's ``{glue:text}`` role) and returns
+  its text.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .train import (_SET_BAR, TrainResult, _busy_runs_raise, _plan, _progress_ba
                     train)
 
 __all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "Spread", "spread", "per_seed", "over_seeds",
-           "train_seeds", "separated", "verdict", "glue"]
+           "train_seeds", "separated", "glue"]
 
 SEED_ENV = "POSENC_SEED"
 #: The evaluation batches' seed at ``$POSENC_SEED = 0`` (the default of :func:`posenc.evaluate_lengths`).
@@ -557,42 +558,6 @@ def _import_what_training_imports() -> None:
 def separated(a: Union[Spread, Number], b: Union[Spread, Number], margin: float = 0.0) -> bool:
     """True when the ranges of ``a`` and ``b`` do not overlap (apart by more than ``margin``)."""
     return _high(a) + margin < _low(b) or _high(b) + margin < _low(a)
-
-
-def _truth(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if getattr(value, "shape", None) == () and hasattr(value, "item") and isinstance(value.item(), bool):
-        return value.item()  # a NumPy or a 0-d torch bool
-    raise ValueError(f"{name} must be True or False (a test on the seed spread, e.g. a.below(b)), got {value!r}")
-
-
-def verdict(reproduced: Any, contradicted: Any, what: str = "", *, needs: Sequence[str] = (),
-            unsolved: Sequence[str] = ()) -> str:
-    """A paper's claim against the tiny models: ``"reproduced"``, ``"not reproduced"`` or ``"within seed noise"``.
-
-    ``reproduced`` and ``contradicted`` are two tests on the seed spread with
-    their margins (``a.below(b)`` and ``a.above(b)``, say); where neither
-    holds the difference is ``"within seed noise (what)"``. ``needs``: the
-    models the claim rests on; if any is in ``unsolved`` (a task not learned
-    within the training length on every seed), no conclusion is drawn.
-
-    >>> verdict(False, False, "loss at L")
-    'within seed noise (loss at L)'
-    >>> verdict(True, False, needs=["gated"], unsolved=["gated"])
-    'no conclusion (gated not solved within L)'
-    """
-    reproduced, contradicted = _truth("reproduced", reproduced), _truth("contradicted", contradicted)
-    if reproduced and contradicted:
-        raise ValueError("a claim cannot be both reproduced and contradicted: the two tests overlap")
-    if isinstance(needs, str) or isinstance(unsolved, str):
-        raise ValueError("needs and unsolved must be lists of model names, not a single string")
-    missing = sorted(set(needs) & set(unsolved))
-    if missing:
-        return f"no conclusion ({' and '.join(missing)} not solved within L)"
-    if reproduced or contradicted:
-        return "reproduced" if reproduced else "not reproduced"
-    return f"within seed noise ({what})" if what else "within seed noise"
 
 
 def glue(name: str, value: Any, spec: str = ".3f") -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Dict, Optional, TypedDict
 
-from ._validate import check_int, check_number
+from ._validate import check_int, check_number, one_of
 from .model import TinyLM
 from .runtime import running_mode
 
@@ -118,9 +118,7 @@ def training_preset(mode: Optional[str] = None, **overrides: Any) -> TrainingPre
     >>> training_preset("small", steps=10).steps
     10
     """
-    mode = running_mode() if mode is None else mode
-    if mode not in _PRESETS:
-        raise ValueError(f"mode must be one of {tuple(_PRESETS)}, got {mode!r}")
+    mode = running_mode() if mode is None else one_of("mode", mode, tuple(_PRESETS))
     unknown = set(overrides) - set(TrainingPreset.__dataclass_fields__)
     if unknown:
         raise ValueError(f"unknown preset fields {sorted(unknown)}")

@@ -27,7 +27,7 @@ from typing import Dict, Iterator, List
 import numpy as np
 import torch
 
-from ._validate import check_int
+from ._validate import check_int, one_of
 
 __all__ = ["pick_device", "running_mode", "seed_everything", "cache_dir", "measured_costs", "SIZE_ENV"]
 
@@ -60,9 +60,7 @@ def running_mode() -> str:
     value = os.environ.get(SIZE_ENV, "").strip().lower()
     if not value:
         return "small"
-    if value not in _MODES:
-        raise ValueError(f"${SIZE_ENV} must be one of {_MODES}, got {value!r}")
-    return value
+    return one_of(f"${SIZE_ENV}", value, _MODES)
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:
