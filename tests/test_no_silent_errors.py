@@ -50,12 +50,12 @@ def test_configs_are_equal_for_equal_values_in_any_spelling(max_distance, num_bu
                  diag=tiny("none", attention="diag", diag_block=block).config,
                  learned=tiny("learned", max_len=block).config,
                  sandwich=tiny("sandwich", dim=2 * block).config,
-                 train=train_module.training_preset("small", steps=block, warmup=block - 1))
+                 train=pe.training_preset("small", steps=block, warmup=block - 1))
     spelled = dict(t5=tiny("t5", max_distance=spell(max_distance), num_buckets=spell(num_buckets)).config,
                    diag=tiny("none", attention="diag", diag_block=spell(block)).config,
                    learned=tiny("learned", max_len=spell(block)).config,
                    sandwich=tiny("sandwich", dim=spell(2 * block)).config,
-                   train=train_module.training_preset("small", steps=spell(block), warmup=spell(block - 1)))
+                   train=pe.training_preset("small", steps=spell(block), warmup=spell(block - 1)))
     for key in plain:
         assert json.dumps(spelled[key], default=repr, sort_keys=True) == json.dumps(plain[key], default=repr,
                                                                                    sort_keys=True), key
@@ -271,7 +271,7 @@ def test_data_and_presets_refuse_bad_values_at_once():
         corpus.decode([-1])
     assert corpus.decode(torch.tensor([], dtype=torch.long)) == ""
     with pytest.raises(ValueError, match="steps"):
-        train_module.training_preset("small", steps="10")
+        pe.training_preset("small", steps="10")
     with pytest.raises(ValueError, match="length"):
         pe.evaluation_batches(DATA, -1)  # not at the first batch: at the call
     with pytest.raises(ValueError, match="mark_last"):
@@ -383,3 +383,37 @@ def test_a_scheme_of_ones_own_with_a_short_table_names_it_the_position_and_the_t
         model(torch.zeros(1, 12, dtype=torch.long))  # a raw IndexError before
     with pytest.raises(ValueError, match=r"MyLearned\.embed\(\) raised IndexError .* up to 9: .*\[8\] rows"):
         model(torch.zeros(1, 3, dtype=torch.long), positions=torch.tensor([0, 4, 9]))
+
+
+class _ShortRotation(pe.PositionScheme):
+    """A scheme of one's own that rotates by a learned angle table of 8 rows."""
+
+    def bind(self, *, d_model, n_heads, n_layers):
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        self.angles = torch.nn.Parameter(torch.zeros(8, d_model // n_heads // 2))
+
+    def rotate(self, qk, positions=None):
+        ids = torch.arange(qk.shape[-2]) if positions is None else positions
+        theta = self.angles[ids]                                                  # IndexError beyond 8
+        cos, sin = theta.cos().repeat_interleave(2, -1), theta.sin().repeat_interleave(2, -1)
+        pair = torch.stack((-qk[..., 1::2], qk[..., 0::2]), -1).flatten(-2)
+        return qk * cos + pair * sin
+
+
+class _ShortBias(pe.PositionScheme):
+    """A scheme of one's own with a learned bias table of 8 distances."""
+
+    def bind(self, *, d_model, n_heads, n_layers):
+        super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+        self.table = torch.nn.Parameter(torch.zeros(n_heads, 8))
+
+    def distance_bias(self, length, *, device=None, dtype=None):
+        return self.table[:, torch.arange(length)]                               # IndexError beyond 8
+
+
+@pytest.mark.parametrize("scheme, hook", [(_ShortRotation, "rotate"), (_ShortBias, "distance_bias")])
+def test_a_table_of_your_own_shorter_than_the_sequence_is_named_in_every_hook(scheme, hook):
+    model = pe.TinyLM(16, d_model=16, n_layers=1, n_heads=2, position=scheme())
+    model(torch.randint(0, 16, (1, 8)))                                          # fits
+    with pytest.raises(ValueError, match=rf"{scheme.__name__}\.{hook}.*IndexError.*larger one"):
+        model(torch.randint(0, 16, (1, 12)))

@@ -27,7 +27,6 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import inspect
 import json
 import os
 import warnings
@@ -37,7 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 
 from .runtime import _atomic_save, cache_dir
-from .scheme import PositionScheme, _code_text, _constants, _source_hash
+from .scheme import PositionScheme, _source_hash
 
 _VERSION = 1
 
@@ -204,29 +203,7 @@ def scheme_classes(model: torch.nn.Module) -> Dict[str, Any]:
 def code_hash(cls: type) -> str:  # not cached: a module constant may change while the class stays
     """The scheme's source hash (:func:`posenc.scheme._source_hash`) with the module constants it reads named
     without their module: the code and the constants' values, wherever the class was imported from."""
-    digest = hashlib.sha256()
-    for klass in cls.__mro__:
-        if klass.__module__.startswith(("posenc", "torch", "builtins")):
-            continue
-        try:
-            digest.update(inspect.getsource(klass).encode())
-            continue
-        except (OSError, TypeError):
-            pass
-        for name, value in sorted(vars(klass).items()):
-            function = getattr(value, "__func__", getattr(value, "fget", value))  # methods, properties
-            code = getattr(function, "__code__", None)
-            if code is None:
-                continue
-            try:
-                text = inspect.getsource(function)
-            except (OSError, TypeError):
-                text = _code_text(code)
-            digest.update(f"{name}\n{text}".encode())
-    constants = sorted((name.rpartition(".")[2], repr(value)) for name, value in _constants(cls).items())
-    for name, value in constants:
-        digest.update(f"{name}={value}\n".encode())
-    return digest.hexdigest()[:16]
+    return _source_hash(cls, module_names=False)
 
 
 def without_modules(config: Any, names: Dict[str, Any]) -> Any:

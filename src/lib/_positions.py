@@ -34,7 +34,11 @@ def check_same(out: Any, x: torch.Tensor, what: str, shape: str) -> None:
 
 def checked_rotate(scheme: PositionScheme, qk: torch.Tensor, **positions: Any) -> torch.Tensor:
     """``scheme.rotate(qk)``, refused unless it keeps the shape and dtype of ``qk``."""
-    out = scheme.rotate(qk, **positions)
+    try:
+        out = scheme.rotate(qk, **positions)
+    except IndexError as err:  # a table of a scheme of yours shorter than the sequence
+        raise ValueError(f"{type(scheme).__name__}.rotate() raised IndexError ({err}) on a sequence of {qk.shape[-2]} "
+                         f"tokens: a table it reads is shorter than the positions; build it with a larger one") from None
     check_same(out, qk, f"{type(scheme).__name__}.rotate(qk)", "(2, batch, heads, seq, head_dim)")
     return out
 
@@ -90,7 +94,11 @@ def scheme_positions(scheme: PositionScheme, t: int, device: torch.device, ids: 
             raise ValueError(f"{type(scheme).__name__}.slopes() must return a ({h},) tensor, "
                              f"got {getattr(slopes, 'shape', type(slopes).__name__)}")
     elif scheme.biases:
-        table = scheme.distance_bias(t, device=device, dtype=torch.float32)
+        try:
+            table = scheme.distance_bias(t, device=device, dtype=torch.float32)
+        except IndexError as err:  # a learned table of a scheme of yours with fewer than t distances
+            raise ValueError(f"{type(scheme).__name__}.distance_bias({t}) raised IndexError ({err}): a table it reads "
+                             f"covers fewer than the {t} distances of this sequence; build it with a larger one") from None
         shapes = ((h, t), (n_layers, h, t))
         if table is not None and (not isinstance(table, torch.Tensor) or tuple(table.shape) not in shapes
                                   or not table.is_floating_point()):

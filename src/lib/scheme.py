@@ -141,13 +141,15 @@ def _code_text(code: Any) -> str:
     return repr((code.co_code, consts, code.co_names, code.co_varnames))
 
 
-def _source_hash(cls: type) -> str:
+def _source_hash(cls: type, module_names: bool = True) -> str:
     """16 hex digits of the SHA-256 of the code of ``cls`` and of its user-defined bases.
 
     The class's source where Python can find it; otherwise (a class defined in
     a notebook cell or a console, where ``inspect.getsource`` fails) the source
     or bytecode of each of its functions, so that an edited method still
-    changes the hash.
+    changes the hash. The module constants its methods read count by their
+    values, named with their module, or without it (``module_names=False``:
+    the same class imported from another file hashes the same).
     """
     digest = hashlib.sha256()
     for klass in cls.__mro__:
@@ -168,8 +170,10 @@ def _source_hash(cls: type) -> str:
             except (OSError, TypeError):
                 text = _code_text(code)
             digest.update(f"{name}\n{text}".encode())
-    for name, value in sorted(_constants(cls).items()):  # module constants the methods read
-        digest.update(f"{name}={value!r}\n".encode())
+    constants = sorted((name if module_names else name.rpartition(".")[2], repr(value))
+                       for name, value in _constants(cls).items())  # module constants the methods read
+    for name, text in constants:
+        digest.update(f"{name}={text}\n".encode())
     return digest.hexdigest()[:16]
 
 
