@@ -170,6 +170,9 @@ def write_costs(path: Path, rows: list) -> None:
         writer = csv.DictWriter(f, fieldnames=COST_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(f.name, 0o666 & ~umask)  # as a file written by open(), not the temporary file's 0600
     os.replace(f.name, path)
 
 

@@ -145,6 +145,9 @@ def test_each_notebook_s_training_and_evaluation_cost_is_written_to_the_cost_tab
     assert float(trains["rest_s"]) >= 0.25 and float(trains["seconds"]) >= 0.8
     assert idle["runs_trained"] == "0" and float(idle["train_core_s"]) == 0.0
     assert set(rows[0]) == set(execute.COST_COLUMNS) and trains["kernels"] not in ("", "unknown")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "_build" / "build_cost.csv").stat().st_mode & 0o777 == 0o666 & ~umask   # as open() writes
 
 
 def test_the_cost_log_skips_a_line_cut_short(tmp_path):

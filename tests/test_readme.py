@@ -23,3 +23,23 @@ def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
     run = namespace["run"]
     assert not run.from_cache and run.steps_run == 100 and len(namespace["losses"]) == 4
     assert run.losses[-1] < run.losses[0], "the example's model learns"
+
+
+def test_how_long_quotes_the_measured_cost_table():
+    """The README's "How long" numbers are the committed cost table's, not typed guesses."""
+    import csv
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    tables = sorted((root / "benchmarks").glob("build_cost-*.csv"))
+    assert tables, "no measured cost table in benchmarks/"
+    for table in tables:
+        rows = list(csv.DictReader(table.open(encoding="utf-8")))
+        assert f"`benchmarks/{table.name}`" in readme
+        total = lambda column: sum(float(r[column]) for r in rows)  # noqa: E731
+        quoted = " ".join(readme.split())                               # line breaks folded
+        assert f"{len(rows)} notebooks take {total('seconds'):.0f} kernel-seconds" in quoted
+        assert f"{total('train_core_s'):.0f} of those core-seconds train {total('runs_trained'):.0f} tiny models" in quoted
+        assert f"{total('evaluate_core_s'):.0f} evaluate them" in quoted and f"{total('rest_s'):.0f} seconds are" in quoted
+        assert {r["mode"] for r in rows} == {"small"} and {r["seed"] for r in rows} == {"0"}
