@@ -12,12 +12,12 @@ under nbval with
   kernels' time on a probe measured here first (a few training steps and one
   long forward pass of a small-mode model, each set timed twice in turns).
   PyTorch's scalar ``default`` set, the only other one of an AVX2-only CPU,
-  took 1.7 times the native time on the probe on an AMD EPYC without AVX-512
-  (its long forward pass 2.6 to 2.9 times: ``exp`` is scalar there), and the
-  check 38 minutes (2269 s), which put CI past 80: there the check keeps the
-  native kernels and moves the seeds only, and says so; the kernel-set
-  comparison is left to machines with AVX-512 (``--kernels default`` forces
-  it);
+  took 2.2 times the native time on the probe of an idle AMD EPYC without
+  AVX-512 (its long forward pass 2.6 to 2.9 times: ``exp`` is scalar there),
+  and the check 38 minutes (2269 s), which put CI past 80: there the check
+  keeps the native kernels and moves the seeds only (18 minutes, 1081 s), and
+  says so; the kernel-set comparison is left to machines with AVX-512
+  (``--kernels default`` forces it);
 * ``POSENC_SEED=1`` (three seeds none of the default build used);
 * a new, empty run cache (``POSENC_CACHE`` in a temporary folder, removed after),
 
