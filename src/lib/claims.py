@@ -27,6 +27,7 @@ import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ._validate import check_int, check_number
 from .evidence import Spread
 
 __all__ = ["Verdict", "judge"]
@@ -159,17 +160,13 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
     if better not in ("lower", "higher"):
         raise ValueError(f"better must be 'lower' or 'higher', got {better!r}")
     lower = better == "lower"
-    margin = _check_measured("margin", margin, 1)
-    tolerance = _check_measured("tolerance", tolerance, 1)
+    margin, tolerance = check_number("margin", margin), check_number("tolerance", tolerance)
     if margin < 0 or tolerance < 0:
         raise ValueError(f"margin and tolerance must be >= 0, got {margin} and {tolerance}")
-    if isinstance(min_seeds, bool) or not isinstance(min_seeds, int) or min_seeds < 1:
-        raise ValueError(f"min_seeds must be a positive integer, got {min_seeds!r}")
+    min_seeds = check_int("min_seeds", min_seeds, 1)
     if isinstance(needs, str) or isinstance(unsolved, str):
         raise ValueError("needs and unsolved must be lists of model names, not a single string")
-    for name, bound in (("ceiling", ceiling), ("floor", floor)):
-        if bound is not None:
-            _check_measured(name, bound, 1)
+    ceiling, floor = (None if b is None else check_number(name, b) for name, b in (("ceiling", ceiling), ("floor", floor)))
     if ceiling is not None and ceiling == floor:
         raise ValueError(f"ceiling and floor must differ, got {ceiling} for both")
     if untested is not None and (not isinstance(untested, str) or not untested.strip()):
