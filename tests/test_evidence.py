@@ -300,6 +300,40 @@ def test_evidence_check_lists_the_chapters_it_would_run(capsys):
     assert check.main(["--list", "08"]) == 0 and capsys.readouterr().out.split() == ["chapters/08_stretching.ipynb"]
 
 
+# the evidence check's kernel set: the other one only where a probe measured here says it is affordable
+
+@pytest.mark.parametrize("native, other", [("avx512", "avx2"), ("avx2", "default")])
+@pytest.mark.parametrize("slowdown", [1.0, 1.5, 1.51, 2.9])
+def test_the_other_kernels_are_chosen_only_when_affordable(monkeypatch, native, other, slowdown):
+    check = _evidence_check()
+    monkeypatch.setattr(check, "native_kernels", lambda: native)
+    calls = []
+
+    def measure(kernels):
+        calls.append(kernels)
+        # one busy turn each: the fastest turn decides, not the first
+        base = 2.0 if len(calls) <= 2 else 1.0
+        return base * (slowdown if kernels == other else 1.0)
+
+    kernels, why = check.choose_kernels(measure, rounds=2)
+    assert sorted(calls) == sorted([native, other] * 2) and calls[:2] == [native, other]  # in turns
+    assert kernels == (other if slowdown <= check.MAX_SLOWDOWN else native)
+    assert f"{slowdown:.2f}x" in why and other in why and native in why
+
+
+def test_the_probe_measures_a_positive_time_under_each_kernel_set():
+    check = _evidence_check()
+    seconds = check.probe_seconds(check.native_kernels())
+    assert 0 < seconds < 600
+
+
+def test_a_failing_probe_says_so(monkeypatch):
+    check = _evidence_check()
+    monkeypatch.setattr(check, "_PROBE", "raise SystemExit('no posenc here')")
+    with pytest.raises(RuntimeError, match="kernel probe failed under ATEN_CPU_CAPABILITY=avx2"):
+        check.probe_seconds("avx2")
+
+
 def test_slider_axis_ranges_hold_the_error_bars():
     """A slider figure keeps one axis range over its steps: wide enough for every step's error bars."""
     def make(k):
