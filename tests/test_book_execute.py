@@ -45,22 +45,29 @@ def _notebook(path: Path, *sources: str) -> None:
     nbformat.write(nb, path)
 
 
-def test_notebooks_run_side_by_side_and_only_those_that_succeed_are_cached(tmp_path, monkeypatch, capsys):
-    from jupyter_cache import get_cache
-
+def _tiny_book(tmp_path, monkeypatch, timeout: int, **notebooks: str):
+    """A book in ``tmp_path`` whose table of contents lists ``notebooks`` (name: one code cell each), in order,
+    and book/execute.py pointed at it as on a 2-core machine; returns the loaded script."""
     execute = _load()
     (tmp_path / "nb").mkdir()
-    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: nb/good\n"
-                                       "  - file: nb/bad\n  - file: nb/other\n", encoding="utf-8")
-    (tmp_path / "_config.yml").write_text("execute:\n  timeout: 60\n", encoding="utf-8")
-    # each runs in its own folder, with one thread per notebook on a 2-job run of a 2-core machine
-    _notebook(tmp_path / "nb" / "good.ipynb", "import os, pathlib\nprint(pathlib.Path.cwd().name, "
-              "os.environ['OMP_NUM_THREADS'])")
-    _notebook(tmp_path / "nb" / "bad.ipynb", "raise KeyError('broken cell')")
-    _notebook(tmp_path / "nb" / "other.ipynb", "x = 2 + 2")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n"
+                                       + "".join(f"  - file: nb/{name}\n" for name in notebooks), encoding="utf-8")
+    (tmp_path / "_config.yml").write_text(f"execute:\n  timeout: {timeout}\n", encoding="utf-8")
+    for name, source in notebooks.items():
+        _notebook(tmp_path / "nb" / f"{name}.ipynb", source)
     monkeypatch.setattr(execute, "ROOT", tmp_path)
     monkeypatch.setattr(execute, "build_cache", lambda: tmp_path / "_build" / ".jupyter_cache")
     monkeypatch.setattr(execute, "usable_cores", lambda: 2)
+    return execute
+
+
+def test_notebooks_run_side_by_side_and_only_those_that_succeed_are_cached(tmp_path, monkeypatch, capsys):
+    from jupyter_cache import get_cache
+
+    # each runs in its own folder, with one thread per notebook on a 2-job run of a 2-core machine
+    execute = _tiny_book(tmp_path, monkeypatch, 60,
+                         good="import os, pathlib\nprint(pathlib.Path.cwd().name, os.environ['OMP_NUM_THREADS'])",
+                         bad="raise KeyError('broken cell')", other="x = 2 + 2")
     assert execute.main(["--jobs", "2"]) == 1  # one failed: status 1, after the others ran
     out = capsys.readouterr().out
     assert "nb/bad.ipynb FAILED" in out and "broken cell" in out and "2 of 3 notebooks" in out
@@ -119,21 +126,14 @@ def test_each_notebook_s_training_and_evaluation_cost_is_written_to_the_cost_tab
     """The library's accounted calls reach the table through POSENC_COST_LOG; the rest is the notebook's other time."""
     import csv
 
-    execute = _load()
-    (tmp_path / "nb").mkdir()
-    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: nb/trains\n"
-                                       "  - file: nb/idle\n", encoding="utf-8")
-    (tmp_path / "_config.yml").write_text("execute:\n  timeout: 120\n", encoding="utf-8")
-    _notebook(tmp_path / "nb" / "trains.ipynb",
-              "import time\nfrom posenc._costs import accounted\n"
-              "with accounted('train', runs=2):\n    t = time.process_time()\n"
-              "    while time.process_time() - t < 0.3: pass\n"
-              "with accounted('evaluate'):\n    with accounted('train', runs=5):\n        time.sleep(0.2)\n"
-              "time.sleep(0.3)")
-    _notebook(tmp_path / "nb" / "idle.ipynb", "x = 1")
-    monkeypatch.setattr(execute, "ROOT", tmp_path)
-    monkeypatch.setattr(execute, "build_cache", lambda: tmp_path / "_build" / ".jupyter_cache")
-    monkeypatch.setattr(execute, "usable_cores", lambda: 2)
+    execute = _tiny_book(tmp_path, monkeypatch, 120,
+                         trains="import time\nfrom posenc._costs import accounted\n"
+                                "with accounted('train', runs=2):\n    t = time.process_time()\n"
+                                "    while time.process_time() - t < 0.3: pass\n"
+                                "with accounted('evaluate'):\n    with accounted('train', runs=5):\n"
+                                "        time.sleep(0.2)\n"
+                                "time.sleep(0.3)",
+                         idle="x = 1")
     assert execute.main(["--jobs", "2"]) == 0
     assert "their costs in" in capsys.readouterr().out
     rows = list(csv.DictReader((tmp_path / "_build" / "build_cost.csv").open()))
