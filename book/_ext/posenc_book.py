@@ -35,7 +35,9 @@ from importlib import metadata
 from pathlib import Path
 
 import plotly
+from docutils import nodes
 from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
 
 try:
     from sphinx.builders.html._assets import _JavaScript
@@ -369,6 +371,138 @@ def _module_docstring(app, what, name, obj, options, lines):
         lines[:] = inspect.cleandoc(own).splitlines()
 
 
+# --- The claims ledger ---------------------------------------------------------
+# Every claim a chapter re-tests is recorded there with ``pe.claim``, which leaves the entry in the
+# cell's output (posenc.ledger). The "Claims re-tested" page (book/claims.md) places a
+# ``{claims-ledger}`` directive; once every page has been read (and every notebook executed into the
+# cache), the directive's node becomes the table of all entries, read back from the executed notebooks.
+
+
+class claims_ledger(nodes.General, nodes.Element):
+    """Where the ledger's table goes (filled in at ``doctree-resolved``)."""
+
+
+def _ledger_notebooks(app) -> list:
+    """``(docname, path)`` of the notebooks of the table of contents, in its order."""
+    srcdir = Path(app.srcdir)
+    paths = _book_module("execute").book_notebooks()
+    return [(p.relative_to(srcdir).with_suffix("").as_posix(), p) for p in paths if p.is_relative_to(srcdir)]
+
+
+class ClaimsLedgerDirective(SphinxDirective):
+    """``{claims-ledger}``: the table of every claim the chapters record with ``pe.claim``."""
+
+    has_content = False
+
+    def run(self):
+        for _, path in _ledger_notebooks(self.env.app):
+            self.env.note_dependency(str(path))  # a changed chapter rebuilds the ledger's page
+        return [claims_ledger()]
+
+
+OUTCOME_CLASS = {"reproduced": "reproduced", "partially reproduced": "partial", "not reproduced": "not-reproduced",
+                 "within seed noise": "noise", "not tested here": "untested"}
+
+
+def ledger_entries(app, location: str) -> list:
+    """``[(docname, [Claim, ...]), ...]`` from the executed notebooks, in the order of the table of contents.
+
+    A notebook without executed outputs in the cache, or whose entries cannot be read, is a warning (an error
+    with ``-W``): the ledger is never silently short.
+    """
+    from posenc.ledger import entries_in_notebook
+
+    found, seen = [], {}
+    for docname, path in _ledger_notebooks(app):
+        text = _with_cached_outputs(app, path.read_text(encoding="utf8"))
+        if text is None:
+            logger.warning(f"claims ledger: {docname} has no executed outputs in the execution cache, so its claims "
+                           "are missing; execute it (make book, or book/execute.py) and build again", location=location)
+            continue
+        try:
+            entries = entries_in_notebook(json.loads(text))
+        except ValueError as err:
+            logger.warning(f"claims ledger: {docname}: {err}", location=location)
+            continue
+        for entry in entries:
+            if entry.key in seen:
+                logger.warning(f"claims ledger: claim {entry.key!r} is recorded in {seen[entry.key]} and in {docname}",
+                               location=location)
+            seen[entry.key] = docname
+        if entries:
+            found.append((docname, entries))
+    return found
+
+
+def _anchor_ids(app, docname: str) -> set:
+    doctree = app.env.get_doctree(docname)
+    return {i for node in doctree.findall(nodes.Element) for i in node.get("ids", [])}
+
+
+def _section_uri(app, fromdoc: str, docname: str, anchor: str, ids: set, location: str):
+    labels = app.env.domaindata.get("std", {}).get("labels", {})
+    if anchor in labels and labels[anchor][0] == docname:
+        anchor = labels[anchor][1]
+    elif anchor not in ids:
+        logger.warning(f"claims ledger: {docname} has no section or label {anchor!r}", location=location)
+        return None
+    return f"{app.builder.get_relative_uri(fromdoc, docname)}#{anchor}"
+
+
+def _text_cell(*children) -> nodes.entry:
+    return nodes.entry("", nodes.paragraph("", "", *children))
+
+
+def _fill_claims_ledger(app, doctree, fromdoc) -> None:
+    for node in list(doctree.findall(claims_ledger)):
+        chapters = ledger_entries(app, fromdoc)
+        citations = {c.key: c for c in app.env.get_domain("cite").citations}
+        entries = [e for _, es in chapters for e in es]
+        sources = {s for e in entries for s in e.source}
+        outcomes = {o: sum(e.outcome == o for e in entries) for o in OUTCOME_CLASS}
+        summary = nodes.paragraph("", "", nodes.strong("", f"{len(entries)} claims from {len(sources)} sources"),
+                                  nodes.Text(f", tested in {len(chapters)} chapters: " + ", ".join(
+                                      f"{n} {o}" for o, n in outcomes.items() if n) + "."),
+                                  classes=["posenc-ledger-count"])
+        out = [summary]
+        for docname, chapter_entries in chapters:
+            ids = _anchor_ids(app, docname)
+            title = app.env.titles[docname].astext() if docname in app.env.titles else docname
+            heading = nodes.reference("", title, internal=True, refuri=app.builder.get_relative_uri(fromdoc, docname))
+            out.append(nodes.rubric("", "", heading, classes=["posenc-ledger-chapter"]))
+            table = nodes.table(classes=["posenc-ledger-table"])
+            group = nodes.tgroup(cols=4)
+            table += group
+            for width in (40, 15, 27, 18):
+                group += nodes.colspec(colwidth=width)
+            group += nodes.thead("", nodes.row("", *(nodes.entry("", nodes.paragraph(text=h)) for h in (
+                "Claim (links to where it is tested)", "Source", "Measured here", "Verdict"))))
+            body = nodes.tbody()
+            group += body
+            for entry in chapter_entries:
+                uri = _section_uri(app, fromdoc, docname, entry.section, ids, fromdoc)
+                claim = (nodes.reference("", entry.claim, internal=True, refuri=uri) if uri
+                         else nodes.Text(entry.claim))
+                cites = []
+                for key in entry.source:
+                    if key not in citations:
+                        logger.warning(f"claims ledger: claim {entry.key!r} cites {key!r}, which is not in the "
+                                       "bibliography (book/references.bib)", location=fromdoc)
+                        cites.append(nodes.Text(key))
+                        continue
+                    c = citations[key]
+                    target = f"{app.builder.get_relative_uri(fromdoc, c.bibliography_key.docname)}#{c.citation_id}"
+                    cites.append(nodes.reference("", f"[{c.formatted_entry.label}]", internal=True, refuri=target))
+                joined = [part for i, ref in enumerate(cites) for part in ((nodes.Text(", "),) if i else ()) + (ref,)]
+                verdict = nodes.inline("", entry.verdict, classes=["posenc-verdict",
+                                                                  f"posenc-verdict-{OUTCOME_CLASS[entry.outcome]}"])
+                row = nodes.row("", _text_cell(claim), _text_cell(*joined), _text_cell(nodes.Text(entry.measured)),
+                                _text_cell(verdict), ids=[f"claim-{entry.key}"])
+                body += row
+            out.append(nodes.container("", table, classes=["posenc-ledger"]))
+        node.replace_self(out)
+
+
 def setup(app):
     for path in (PLOTLY_JS, _mathjax_dir()):
         if not path.exists():
@@ -385,6 +519,9 @@ def setup(app):
     app.connect("build-finished", _lighten_pages)
     app.connect("build-finished", _write_redirect, priority=400)  # before sphinx-external-toc's (500)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
+    app.add_node(claims_ledger)
+    app.add_directive("claims-ledger", ClaimsLedgerDirective)
+    app.connect("doctree-resolved", _fill_claims_ledger)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

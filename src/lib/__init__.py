@@ -207,6 +207,7 @@ from .evidence import (
     glue,
 )
 from .claims import Verdict, judge
+from .ledger import Claim, claim, entries_in_notebook
 from .runtime import (
     pick_device,
     running_mode,
@@ -351,6 +352,9 @@ __all__ = [
     "AssociativeRecall",
     "Verdict",
     "judge",
+    "Claim",
+    "claim",
+    "entries_in_notebook",
     "TrainResult",
     "LengthResult",
     "TrainingPreset",
