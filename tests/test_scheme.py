@@ -67,11 +67,11 @@ class Offset(pe.PositionScheme):
 
 def test_registry_lists_the_built_in_schemes_in_book_order():
     assert pe.POSITION_SCHEMES == ("none", "learned", "sinusoidal", "rope", "alibi", "kerple_power",
-                                   "kerple_log", "sandwich", "xpos", "t5", "p_rope")
+                                   "kerple_log", "sandwich", "xpos", "t5", "p_rope", "cope")
     assert pe.position_scheme("kerple-log").name == "kerple_log"   # a hyphen for the underscore is accepted
     kinds = {"p_rope": pe.PRoPE, "learned": pe.LearnedPositions, "sinusoidal": pe.SinusoidalPositions, "rope": pe.RoPE,
              "alibi": pe.ALiBi, "kerple_log": pe.Kerple, "sandwich": pe.Sandwich, "xpos": pe.XPosRotation,
-             "t5": pe.T5Bias, "none": pe.NoPE}
+             "t5": pe.T5Bias, "none": pe.NoPE, "cope": pe.CoPE}
     for name, cls in kinds.items():
         scheme = pe.position_scheme(name, **({"max_len": 8} if name == "learned" else {}))
         assert isinstance(scheme, cls) and scheme.name == name

@@ -153,6 +153,10 @@ from .layers import (
     GatedDecayAttention,
     attention_layer,
 )
+from .ssmax import keys_seen, log_n_factors, ssmax_factors, scalable_softmax
+from .forgetting import forgetting_bias, forgetting_attention, ForgettingAttention
+from .stick_breaking import stick_breaking_weights, stick_breaking_attention, StickBreakingAttention
+from .cope import cope_positions, cope_position_logits, cope_attention, CoPE
 from .scheme import (  # after the topic modules, which register their schemes
     PositionScheme,
     NoPE,
@@ -324,6 +328,20 @@ __all__ = [
     "DecayAttention",
     "GatedDecayAttention",
     "attention_layer",
+    "keys_seen",
+    "log_n_factors",
+    "ssmax_factors",
+    "scalable_softmax",
+    "forgetting_bias",
+    "forgetting_attention",
+    "ForgettingAttention",
+    "stick_breaking_weights",
+    "stick_breaking_attention",
+    "StickBreakingAttention",
+    "cope_positions",
+    "cope_position_logits",
+    "cope_attention",
+    "CoPE",
     "PositionScheme",
     "NoPE",
     "LayerSchemes",

@@ -82,7 +82,7 @@ def scheme_positions(scheme: PositionScheme, t: int, device: torch.device, ids: 
     h = scheme.n_heads
     diff = None
     if ids is not None:
-        if getattr(scheme, "attends", False) or sink_positions == "cache":
+        if getattr(scheme, "attends", False) and getattr(scheme, "reads_ids", True) or sink_positions == "cache":
             raise ValueError("explicit position ids do not combine with ReRoPE / Self-Extend or with sinks at "
                              "cache positions (they set the positions themselves)")
         diff = ids[:, :, None] - ids[:, None, :]  # (batch, t, t): p_i - p_j
@@ -125,6 +125,9 @@ def scheme_positions(scheme: PositionScheme, t: int, device: torch.device, ids: 
         if bias.ndim == 5:  # a table per layer
             return [Positions(rotate=rotate, bias=bias[i]) for i in range(n_layers)]
         return [Positions(rotate=rotate, bias=bias)] * n_layers
+    if attend is not None and "layer" in inspect.signature(attend).parameters:  # a table per layer (CoPE)
+        return [Positions(rotate=rotate, slopes=slopes, table=table, attend=functools.partial(attend, layer=i))
+                for i in range(n_layers)]
     common = dict(rotate=rotate, slopes=slopes, attend=attend)
     if table is not None and table.ndim == 3:  # a table per layer
         return [Positions(table=table[i], **common) for i in range(n_layers)]

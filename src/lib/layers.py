@@ -18,6 +18,9 @@ and an output projection. The layers differ only in the mixing:
                (GLA's form, Yang et al., 2024; one per head, as Mamba-2)
 =============  =====================================================================
 
+and ``"forgetting"`` (FoX) and ``"stick_breaking"``, whose layers live in
+:mod:`posenc.forgetting` and :mod:`posenc.stick_breaking` and register here.
+
 Position enters through a :class:`Positions` record that the model fills from
 its position scheme (:class:`posenc.PositionScheme`) at every forward pass: a
 rotation of queries and keys, ALiBi slopes or a table of biases by distance,
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +60,7 @@ from .linear import (
 from .masks import _check_tensors, _flag
 from .rotary import apply_rope
 from .sinks import sink_attention, sink_logit_attention
+from .ssmax import ssmax_factors
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -73,7 +77,7 @@ __all__ = [
 ]
 
 #: The attention kinds of :func:`attention_layer` (and ``TinyLM(attention=...)``).
-ATTENTION_KINDS = ("softmax", "linear", "norm", "diag", "decay", "gated")
+ATTENTION_KINDS = ("softmax", "linear", "norm", "diag", "decay", "gated", "forgetting", "stick_breaking")
 
 
 # ---------------------------------------------------------------------------
@@ -301,6 +305,8 @@ class SoftmaxAttention(_MultiHead):
     distance, a window and log-n scaling (see :class:`Positions`).
     ``sink_logit=True`` adds a learned logit per head (``sink_logits``, zeros
     at first) to every row's normaliser: :func:`posenc.sink_logit_attention`.
+    ``ssmax=True`` multiplies ``q_i`` by ``s_h log n_i``, ``s_h`` learned
+    (``ssmax_scale``, ones at first): Scalable-Softmax, :mod:`posenc.ssmax`.
 
     Args:
         d_model, n_heads: model width and number of heads.
@@ -312,13 +318,17 @@ class SoftmaxAttention(_MultiHead):
 
     kind = "softmax"
 
-    def __init__(self, d_model: int, n_heads: int, *, sink_logit: bool = False, **options: Any) -> None:
+    def __init__(self, d_model: int, n_heads: int, *, sink_logit: bool = False, ssmax: bool = False,
+                 **options: Any) -> None:
         super().__init__(d_model, n_heads, **options)
         self.sink_logits: Optional[nn.Parameter] = None
-        if _flag("sink_logit", sink_logit):
-            if not self.causal:
-                raise ValueError("sink_logit is implemented for causal attention: build the layer with causal=True")
+        self.ssmax_scale: Optional[nn.Parameter] = None  # SSMax's s per head (posenc.ssmax), starting at 1
+        if (_flag("sink_logit", sink_logit) or _flag("ssmax", ssmax)) and not self.causal:
+            raise ValueError("sink_logit and ssmax are implemented for causal attention: build it with causal=True")
+        if sink_logit:
             self.sink_logits = nn.Parameter(torch.zeros(self.n_heads))
+        if ssmax:
+            self.ssmax_scale = nn.Parameter(torch.ones(self.n_heads))
 
     def _inputs(self, qkv: torch.Tensor, pos: Positions):
         if not self.causal and pos.softmax_only:
@@ -335,6 +345,8 @@ class SoftmaxAttention(_MultiHead):
                 raise ValueError(f"Positions.q_scale must be a ({q.shape[2]}, 1) tensor (one factor per query), got "
                                  f"{getattr(pos.q_scale, 'shape', type(pos.q_scale).__name__)}")
             q = q * pos.q_scale.to(q.dtype)
+        if self.ssmax_scale is not None:  # Scalable-Softmax: q_i times s_h log n_i
+            q = q * ssmax_factors(q.shape[2], self.ssmax_scale, window=pos.window).to(q.dtype)
         return q, k, v.squeeze(0)
 
     def _attend(self, qkv, pos, return_weights: bool):
@@ -604,8 +616,9 @@ class GatedDecayAttention(DecayAttention):
         return packed
 
 
-_LAYERS = dict(softmax=SoftmaxAttention, linear=LinearAttention, norm=NormAttention, diag=DiagAttention,
-               decay=DecayAttention, gated=GatedDecayAttention)
+# the kinds of their own modules (posenc.forgetting, posenc.stick_breaking) add their layers on import
+_LAYERS: Dict[str, type] = dict(softmax=SoftmaxAttention, linear=LinearAttention, norm=NormAttention,
+                                diag=DiagAttention, decay=DecayAttention, gated=GatedDecayAttention)
 
 
 def attention_layer(kind: str, d_model: int, n_heads: int, **options) -> _MultiHead:

@@ -14,7 +14,9 @@ are *how it knows where a token is* and *how its layers attend*:
   ``"norm"`` (NormAttention), ``"diag"`` (DiagAttention), ``"decay"``
   (linear attention whose state decays, RetNet's retention: ``decay="retnet"``,
   ``"alibi"`` or rates of your own) or ``"gated"`` (the decay a learned gate
-  per step, GLA; ``gate_temperature``), or one kind per layer: TransNormer is
+  per step, GLA; ``gate_temperature``), ``"forgetting"`` (softmax with a
+  forget gate per head and step, FoX; ``forget_bias``; :mod:`posenc.forgetting`),
+  ``"stick_breaking"`` (:mod:`posenc.stick_breaking`), or one kind per layer: TransNormer is
   ``["diag"] * (n // 2) + ["norm"] * (n - n // 2)`` with ``ffn="glu"``
   (:mod:`posenc.layers`, :mod:`posenc.decay`).
 
@@ -28,7 +30,9 @@ Two evaluation-time switches change softmax attention without retraining:
 * ``model.log_n_scaling = True`` (with ``model.train_len = L``) multiplies
   the query at position ``i`` by ``max(1, log n_i / log L)``, where ``n_i``
   is the number of keys it sees (``i + 1``, or at most ``window``): log-n
-  scaling (Su, 2021; Chiang & Cholak, 2022).
+  scaling (Su, 2021; Chiang & Cholak, 2022). Its learned form,
+  ``log_n_scaling="ssmax"`` (Scalable-Softmax, :mod:`posenc.ssmax`), is part
+  of the architecture: given when the model is built, it stays.
 
 Evaluation-time position tricks for long contexts (Chapter "Stretching a trained model"):
 
@@ -66,48 +70,15 @@ from torch import nn
 from ._validate import check_int, check_number, one_of
 from .extend import RopeScaling, rope_scaling
 from .decay import _decay_value
+from ._blocks import FFNS, Block
 from .layers import ATTENTION_KINDS, Positions, attention_layer
 from .linear import FEATURE_MAPS, feature_map
 from ._positions import builtin, check_same, position_ids, scheme_positions, takes_positions
 from ._saving import _check_rebuilt, _config_arguments, load_model, save_model
 from .scheme import LayerSchemes, PositionScheme, _bind_checked, position_scheme
+from .ssmax import log_n_factors
 
 __all__ = ["TinyLM", "save_model", "load_model"]
-
-_FFNS = ("mlp", "glu")
-
-
-class _FeedForward(nn.Module):
-    """``"mlp"``: ``proj(gelu(fc(x)))`` (GPT-2); ``"glu"``: ``proj(silu(gate) * value)`` (Shazeer, 2020)."""
-
-    def __init__(self, d_model: int, d_ff: int, kind: str, dropout: float) -> None:
-        super().__init__()
-        self.kind = kind
-        self.fc = nn.Linear(d_model, (2 if kind == "glu" else 1) * d_ff)
-        self.proj = nn.Linear(d_ff, d_model)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kind == "glu":
-            gate, value = self.fc(x).chunk(2, dim=-1)
-            return self.drop(self.proj(F.silu(gate) * value))
-        return self.drop(self.proj(F.gelu(self.fc(x))))
-
-
-class _Block(nn.Module):
-    """Pre-norm Transformer block: ``x + attn(ln(x))``, then ``x + ffn(ln(x))``."""
-
-    def __init__(self, attn: nn.Module, d_model: int, d_ff: int, ffn: str, dropout: float) -> None:
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d_model)
-        self.attn = attn
-        self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = _FeedForward(d_model, d_ff, ffn, dropout)
-
-    def forward(self, x: torch.Tensor, positions: Positions, weights: Optional[List[torch.Tensor]]) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), positions, weights)
-        return x + self.mlp(self.ln2(x))
-
 
 class TinyLM(nn.Module):
     """A small decoder-only language model with one position scheme and one attention kind per layer.
@@ -136,7 +107,9 @@ class TinyLM(nn.Module):
             interleaved, as Gemma 2 and 3: ``[w, None, w, None]``). An
             attribute you may change on a trained model.
         log_n_scaling: multiply queries by ``max(1, log n_i / log train_len)``
-            (``n_i`` = keys seen by query ``i``). Needs ``train_len``.
+            (``n_i`` = keys seen by query ``i``; needs ``train_len``); or
+            ``"ssmax"``: by ``s_h log n_i`` with ``s_h`` learned per head and
+            layer, starting at 1 (Scalable-Softmax, Nakanishi, 2025). Softmax layers.
         train_len: the training length ``L`` used by log-n scaling
             (:func:`posenc.train` sets it when it is ``None``).
         dropout: dropout on attention outputs, feed-forward outputs and embeddings.
@@ -150,6 +123,8 @@ class TinyLM(nn.Module):
         sink_logit: a learned logit per head in every softmax row's normaliser
             (gpt-oss's sinks, :func:`posenc.sink_logit_attention`): a head may
             put less than all of its attention on the tokens. Softmax layers.
+        forget_bias: the initial bias ``b_h`` of the forget gates of ``"forgetting"``
+            layers (0, as the FoX authors: gates start near 1/2; :class:`posenc.ForgettingAttention`).
         **position_options: options of a scheme given by name, e.g.
             ``max_len`` (``"learned"``: rows of the table), ``base``
             (``"rope"``, ``"xpos"``), ``partial`` (``"rope"``: the rotated
@@ -182,7 +157,7 @@ class TinyLM(nn.Module):
         attention: Union[str, Sequence[str]] = "softmax",
         ffn: str = "mlp",
         window: Union[None, int, Sequence[Optional[int]]] = None,
-        log_n_scaling: bool = False,
+        log_n_scaling: Union[bool, str] = False,
         train_len: Optional[int] = None,
         dropout: float = 0.0,
         d_ff: Optional[int] = None,
@@ -191,6 +166,7 @@ class TinyLM(nn.Module):
         decay: Any = "retnet",
         gate_temperature: float = 16.0,
         sink_logit: bool = False,
+        forget_bias: float = 0.0,
         **position_options: Any,
     ) -> None:
         super().__init__()
@@ -215,7 +191,7 @@ class TinyLM(nn.Module):
             raise ValueError(f"attention must be one of {ATTENTION_KINDS} or a sequence of {n_layers} of them, "
                              f"got {attention!r}")
         kinds = [one_of("attention", kd, ATTENTION_KINDS, also=f" or a sequence of {n_layers} of them") for kd in kinds]
-        ffn = one_of("ffn", ffn, _FFNS)
+        ffn = one_of("ffn", ffn, FFNS)
         dropout = check_number("dropout", dropout, what=" in [0, 1)")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
@@ -231,6 +207,9 @@ class TinyLM(nn.Module):
             raise ValueError(f"sink_logit must be True or False, got {sink_logit!r}")
         if sink_logit and "softmax" not in kinds:
             raise ValueError(f"sink_logit joins the softmax normaliser; attention={kinds} has no softmax layer")
+        ssmax = isinstance(log_n_scaling, str) and one_of("log_n_scaling", log_n_scaling, ("ssmax",),
+                                                           also=", True or False") == "ssmax"
+        forget_bias = check_number("forget_bias", forget_bias)
 
         if isinstance(position, (list, tuple)):  # one scheme per layer; a name given twice is one object
             if len(position) != n_layers:
@@ -264,19 +243,22 @@ class TinyLM(nn.Module):
             self._config["ffn"] = ffn
         if sink_logit:
             self._config["sink_logit"] = True
+        if ssmax:
+            self._config["log_n_scaling"] = log_n_scaling = "ssmax"
         options: Dict[str, Dict[str, Any]] = dict(linear=dict(feature=feature), norm=dict(feature=feature),
                                                   diag=dict(block_size=diag_block), softmax={}, decay=dict(decay=decay),
-                                                  gated=dict(gate_temperature=gate_temperature))
+                                                  gated=dict(gate_temperature=gate_temperature),
+                                                  forgetting=dict(forget_bias=forget_bias), stick_breaking={})
         for kd in sorted(set(kinds)):  # an option named as the model's argument keeps its name
-            self._config.update({k if k in ("decay", "gate_temperature") else f"{kd}_{k}": v
+            self._config.update({k if k in ("decay", "gate_temperature", "forget_bias") else f"{kd}_{k}": v
                                  for k, v in options[kd].items()})
 
         self.tok = nn.Embedding(vocab_size, d_model)
         self.position = scheme
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            _Block(attention_layer(kd, d_model, n_heads, bias=True, dropout=dropout, **options[kd],
-                                   **(dict(sink_logit=True) if sink_logit and kd == "softmax" else {})),
+            Block(attention_layer(kd, d_model, n_heads, bias=True, dropout=dropout, **options[kd],
+                                   **(dict(sink_logit=sink_logit, ssmax=ssmax) if kd == "softmax" else {})),
                    d_model, d_ff, ffn, dropout)
             for kd in kinds
         )
@@ -416,15 +398,22 @@ class TinyLM(nn.Module):
         self._train_len = value
 
     @property
-    def log_n_scaling(self) -> bool:
-        """Multiply queries by ``max(1, log n / log train_len)``."""
+    def log_n_scaling(self) -> Union[bool, str]:
+        """Multiply queries by ``max(1, log n / log train_len)`` (True), or by a learned ``s_h log n`` ("ssmax")."""
         return self._log_n
 
     @log_n_scaling.setter
-    def log_n_scaling(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise ValueError(f"log_n_scaling must be True or False, got {value!r}")
-        if value and self.train_len is None:
+    def log_n_scaling(self, value: Union[bool, str]) -> None:
+        built = self._config.get("log_n_scaling", False)  # "ssmax" has weights: fixed when the model is built
+        if isinstance(value, str):
+            value = one_of("log_n_scaling", value, ("ssmax",), also=", True or False")
+        elif not isinstance(value, bool):
+            raise ValueError(f"log_n_scaling must be True, False or 'ssmax', got {value!r}")
+        if (value == "ssmax") != (built == "ssmax"):
+            raise ValueError("log_n_scaling='ssmax' learns a scale per head, so it is part of the architecture: "
+                             "build the model with it (TinyLM(..., log_n_scaling='ssmax')); it cannot be switched "
+                             f"on or off afterwards (this model: {built!r}, asked: {value!r})")
+        if value is True and self.train_len is None:
             raise ValueError("log_n_scaling=True needs train_len (the training length L)")
         if value:
             self._softmax_only("log-n scaling")
@@ -466,6 +455,11 @@ class TinyLM(nn.Module):
                 block.attn.gain.fill_(1.0)
             if getattr(block.attn, "sink_logits", None) is not None:
                 block.attn.sink_logits.zero_()
+            if getattr(block.attn, "ssmax_scale", None) is not None:  # SSMax: s_h = 1
+                block.attn.ssmax_scale.fill_(1.0)
+            if getattr(block.attn, "forget_gate", None) is not None:  # FoX: w ~ N(0, 0.02^2), b = forget_bias
+                normal(block.attn.forget_gate.weight, 0.02)
+                block.attn.forget_gate.bias.fill_(block.attn.forget_bias)
             if getattr(block.attn, "gate", None) is not None:  # "gated" layers: gates start near 0.5^(1/tau)
                 normal(block.attn.gate.weight, 0.02)
                 block.attn.gate.bias.zero_()
@@ -482,7 +476,8 @@ class TinyLM(nn.Module):
 
         A softmax layer keeps a key and a value (``2 * head_dim`` numbers) for
         every token it may still attend to: all ``n``, or at most ``window +
-        sinks``; a diag layer (TransNormer's local one) those of its current
+        sinks``; a stick-breaking layer the same, a forgetting layer also its
+        cumulative log gate (``2 * head_dim + 1``); a diag layer (TransNormer's local one) those of its current
         block, at most ``block_size``; a linear layer its state ``S``
         (``head_dim x head_dim``) and normaliser ``z`` (``head_dim``); a norm,
         decay or gated layer ``S`` alone (it has no denominator). Only the
@@ -491,8 +486,8 @@ class TinyLM(nn.Module):
         n, d = check_int("n", n), self.d_model // self.n_heads
         total = 0
         for kind, block, window in zip(self.attention_kinds, self.blocks, self._layer_windows()):
-            if kind == "softmax":
-                total += 2 * d * (n if window is None else min(n, window + self.sinks))
+            if kind in ("softmax", "forgetting", "stick_breaking"):  # FoX also keeps a log gate sum per token
+                total += (2 * d + (kind == "forgetting")) * (n if window is None else min(n, window + self.sinks))
             elif kind == "diag":
                 total += 2 * d * min(n, block.attn.block_size)
             else:
@@ -503,12 +498,9 @@ class TinyLM(nn.Module):
 
     def _log_n_scale(self, t: int, device: torch.device, window: Optional[int]) -> Optional[torch.Tensor]:
         """``(seq, 1)`` factors ``max(1, log n_i / log L)`` in a layer with ``window``, or None if all are 1."""
-        if not self.log_n_scaling:
+        if self.log_n_scaling is not True:  # False, or "ssmax": its layers scale by their own s_h log n_i
             return None
-        seen = torch.arange(1, t + 1, dtype=torch.float64)  # keys seen by query i: i + 1
-        if window is not None:
-            seen = seen.clamp(max=window)
-        scale = (seen.log() / math.log(self.train_len)).clamp(min=1.0)
+        scale = log_n_factors(t, self.train_len, window=window)
         if bool((scale == 1).all()):
             return None
         return scale.to(device=device, dtype=torch.float32)[:, None]
@@ -595,7 +587,9 @@ class TinyLM(nn.Module):
             per layer (softmax and DiagAttention layers: probabilities; linear
             layers: ``phi(q_i) . phi(k_j)`` over the row sum; NormAttention
             layers: the raw scores before the norm; decay and gated layers:
-            the decayed scores before the norm).
+            the decayed scores before the norm; forgetting layers:
+            probabilities; stick-breaking layers: the weights with the
+            remainder on the diagonal).
         """
         self._require_values()
         if isinstance(idx, torch.Tensor) and not idx.is_meta and idx.device != self.tok.weight.device:

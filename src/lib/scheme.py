@@ -57,7 +57,7 @@ _REGISTRY: Dict[str, Callable[..., "PositionScheme"]] = {}
 
 # the order in which the book meets the built-in schemes (registration order depends on imports)
 _BOOK_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "kerple_power", "kerple_log", "sandwich",
-               "xpos", "t5", "p_rope")
+               "xpos", "t5", "p_rope", "cope")
 
 #: The names accepted by ``TinyLM(position=...)``, in the book's order (the
 #: topic modules register them when ``posenc`` is imported).

@@ -435,7 +435,7 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
                    warmup=warmup, weight_decay=float(weight_decay),
                    grad_clip=None if grad_clip is None else float(grad_clip),
                    window=_training_window(model.window, seq_len),
-                   log_n=(model.train_len, True) if model.log_n_scaling and model.train_len < seq_len else None),
+                   log_n=(model.train_len, True) if model.log_n_scaling is True and model.train_len < seq_len else None),
     )
     if model.sinks and config["train"]["window"] is not None:
         config["train"]["sinks"] = model.sinks
