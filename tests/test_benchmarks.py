@@ -7,6 +7,7 @@ against explicit scores before it is timed.
 """
 
 import csv
+import os
 import sys
 from pathlib import Path
 
@@ -99,3 +100,26 @@ def test_train_throughput_is_relative_to_nope_and_names_the_machine(bench, tmp_p
     rows = {r["scheme"]: r for r in rows_of(out)}
     assert set(rows) == {"none", "rope", "sinusoidal"} and rows["none"]["relative_to_nope"] == "1.0"
     assert all(r["machine"] == train_throughput.machine() and r["torch"] == torch.__version__ for r in rows.values())
+
+
+def test_cost_estimate_reads_the_line_train_seeds_prints(bench):
+    estimate = bench("cost_estimate")
+    from posenc.evidence import _minutes
+    for minutes in (1.0, 1.8, 9.94, 12.4):          # as train_seeds writes T, read back to its rounding
+        line = f"30 runs: 0 from the cache, 30 to train, about {_minutes(minutes)} on this device"
+        assert abs(estimate.estimate_seconds(line) - 60 * minutes) <= 30
+    for minutes in (0.01, 0.5):                      # "a few seconds", "under a minute": a bound, not a number
+        assert estimate.estimate_seconds(f"3 runs: 0 from the cache, 3 to train, about {_minutes(minutes)} on this device") is None
+    assert estimate.estimate_seconds("3 runs: 3 from the cache, 0 to train") is None
+
+
+def test_cost_estimate_trains_from_an_empty_cache_and_writes_its_row(bench, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "kept"))
+    out = tmp_path / "estimate.csv"
+    estimate = bench("cost_estimate", "--schemes", "rope", "--steps", 3, "--out", out)
+    assert estimate.main() == 0
+    (row,) = rows_of(out)
+    assert row["runs"] == str(len(pe.seeds())) and row["steps"] == "3" and float(row["measured_s"]) > 0
+    assert not (tmp_path / "kept").exists() and os.environ["POSENC_CACHE"] == str(tmp_path / "kept")   # its own cache, then the reader's again
+    with pytest.raises(SystemExit):
+        bench("cost_estimate", "--steps", 0).main()
