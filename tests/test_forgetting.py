@@ -40,7 +40,9 @@ def test_equals_the_double_sum_of_the_paper(b, h, n, d, scale, seed):
     out, weights = pe.forgetting_attention(q, k, v, log_forget, scale=scale, return_weights=True)
     ref = _reference(q, k, v, log_forget, scale)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(pe.forgetting_attention(q, k, v, log_forget, scale=scale), ref, rtol=1e-10, atol=1e-12)
+    for path in pe.FORGETTING_PATHS:
+        torch.testing.assert_close(pe.forgetting_attention(q, k, v, log_forget, scale=scale, path=path), ref,
+                                   rtol=1e-10, atol=1e-12)
     assert bool((weights.triu(1) == 0).all())  # exactly causal
     torch.testing.assert_close(weights.sum(-1), torch.ones(b, h, n, dtype=torch.float64))
 
@@ -51,43 +53,49 @@ def test_constant_gates_are_alibi(heads):
     q, k, v, _ = _inputs(2, heads, 40, 8)
     m = pe.alibi_slopes(heads, dtype=torch.float64)
     log_forget = (-m)[None, :, None].expand(2, heads, 40)
-    fox = pe.forgetting_attention(q, k, v, log_forget)
-    for path in ("naive", "chunked", "bias"):
-        torch.testing.assert_close(fox, pe.relative_attention(q, k, v, slopes=m, path=path), rtol=1e-12, atol=1e-12)
+    for fox_path in pe.FORGETTING_PATHS:
+        fox = pe.forgetting_attention(q, k, v, log_forget, path=fox_path)
+        for path in ("naive", "chunked", "bias"):
+            torch.testing.assert_close(fox, pe.relative_attention(q, k, v, slopes=m, path=path), rtol=1e-12,
+                                       atol=1e-12)
     bias = pe.forgetting_bias(log_forget)[0]
     alibi = pe.alibi_bias(heads, 40, dtype=torch.float64)
     torch.testing.assert_close(bias, alibi.masked_fill(~pe.causal_mask(40, 40), float("-inf")), rtol=0, atol=1e-12)
 
 
-def test_future_tokens_change_nothing_before_them():
+@pytest.mark.parametrize("path", pe.FORGETTING_PATHS)
+def test_future_tokens_change_nothing_before_them(path):
     q, k, v, log_forget = _inputs(1, 2, 10, 4)
-    out = pe.forgetting_attention(q, k, v, log_forget)
+    out = pe.forgetting_attention(q, k, v, log_forget, path=path)
     q2, k2, v2, f2 = (t.clone() for t in (q, k, v, log_forget))
     for t in (q2, k2, v2):
         t[:, :, 6:] = torch.randn_like(t[:, :, 6:]) * 10
     f2[:, :, 6:] = -5.0
-    again = pe.forgetting_attention(q2, k2, v2, f2)
+    again = pe.forgetting_attention(q2, k2, v2, f2, path=path)
     assert torch.equal(out[:, :, :6], again[:, :, :6])
 
 
-def test_finite_at_sixteen_times_the_training_length():
-    """1024 tokens (16 x 64) in float32 with gates near 0 and near 1: finite, rows of weights sum to 1."""
+@pytest.mark.parametrize("path", pe.FORGETTING_PATHS)
+def test_finite_at_sixteen_times_the_training_length(path):
+    """1024 tokens (16 x 64) in float32 and bfloat16 with gates near 0 and near 1: finite, close to float64."""
     q, k, v, _ = _inputs(1, 2, 1024, 16, dtype=torch.float32)
     for logit in (-20.0, 0.0, 20.0):
         log_forget = F.logsigmoid(torch.full((1, 2, 1024), logit))
-        out = pe.forgetting_attention(q * 4, k * 4, v, log_forget)
+        out = pe.forgetting_attention(q * 4, k * 4, v, log_forget, path=path)
         assert bool(torch.isfinite(out).all())
     full = F.logsigmoid(torch.randn(1, 2, 1024))
-    torch.testing.assert_close(pe.forgetting_attention(q, k, v, full),
-                               pe.forgetting_attention(q.double(), k.double(), v.double(), full.double()).float(),
-                               rtol=1e-3, atol=1e-4)
+    exact = pe.forgetting_attention(q.double(), k.double(), v.double(), full.double())
+    torch.testing.assert_close(pe.forgetting_attention(q, k, v, full, path=path), exact.float(), rtol=1e-3, atol=1e-3)
+    half = pe.forgetting_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), full.bfloat16(), path=path)
+    assert half.dtype == torch.bfloat16 and bool(torch.isfinite(half).all())
 
 
 def test_gradcheck():
     q, k, v, log_forget = _inputs(1, 2, 5, 3)
     log_forget = (log_forget - 0.1).requires_grad_()  # well below 0: the check's nudges keep it <= 0
     inputs = tuple(t.requires_grad_() for t in (q, k, v)) + (log_forget,)
-    assert torch.autograd.gradcheck(lambda *a: pe.forgetting_attention(*a), inputs)
+    for path in pe.FORGETTING_PATHS:
+        assert torch.autograd.gradcheck(lambda *a: pe.forgetting_attention(*a, path=path), inputs)
 
 
 def test_errors():
@@ -108,6 +116,8 @@ def test_errors():
         pe.forgetting_attention(q, k, v, torch.zeros(1, 2, 5, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\(batch, heads, seq\)"):
         pe.forgetting_bias(torch.zeros(5))
+    with pytest.raises(ValueError, match="path"):
+        pe.forgetting_attention(q, k, v, log_forget, path="flash")
     with pytest.raises(ValueError, match="forget_bias"):
         pe.ForgettingAttention(16, 2, forget_bias="high")
     with pytest.raises(ValueError, match="causal"):

@@ -154,7 +154,7 @@ from .layers import (
     attention_layer,
 )
 from .ssmax import keys_seen, log_n_factors, ssmax_factors, scalable_softmax
-from .forgetting import forgetting_bias, forgetting_attention, ForgettingAttention
+from .forgetting import FORGETTING_PATHS, forgetting_bias, forgetting_attention, ForgettingAttention
 from .stick_breaking import stick_breaking_weights, stick_breaking_attention, StickBreakingAttention
 from .cope import cope_positions, cope_position_logits, cope_attention, CoPE
 from .scheme import (  # after the topic modules, which register their schemes
@@ -332,6 +332,7 @@ __all__ = [
     "log_n_factors",
     "ssmax_factors",
     "scalable_softmax",
+    "FORGETTING_PATHS",
     "forgetting_bias",
     "forgetting_attention",
     "ForgettingAttention",

@@ -19,9 +19,10 @@ needed; the gates carry the order.
 
 With ``c_i = sum_{l <= i} log f_l`` (a cumulative sum along the sequence),
 ``D_ij = c_i - c_j``: :func:`forgetting_bias` builds it in ``O(n^2)`` numbers
-from ``n`` gates, and :func:`forgetting_attention` passes it to PyTorch's
-``scaled_dot_product_attention`` as a float mask with ``-inf`` above the
-diagonal (exactly causal: a weight at ``-inf`` is exactly 0).
+from ``n`` gates. :func:`forgetting_attention` needs none of them: softmax
+ignores ``c_i`` (one value per query), and ``-c_j`` is one extra channel of
+the keys, so PyTorch's fused causal kernel runs it (``path="fold"``); the
+bias as a float mask with ``-inf`` above the diagonal is ``path="bias"``.
 
 :class:`ForgettingAttention` is the layer of ``TinyLM(attention="forgetting")``.
 """
@@ -35,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_bool, check_number
+from ._validate import check_bool, check_number, one_of
 from .attention import _check_qkv, _scaled, _softmax
 from .layers import _LAYERS, Positions, _MultiHead, _rotate_pair
 
-__all__ = ["forgetting_bias", "forgetting_attention", "ForgettingAttention"]
+__all__ = ["FORGETTING_PATHS", "forgetting_bias", "forgetting_attention", "ForgettingAttention"]
 
 
 def _check_log_forget(log_forget: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -89,6 +90,25 @@ def forgetting_bias(log_forget: torch.Tensor) -> torch.Tensor:
     return bias.to(log_forget.dtype)
 
 
+def _path_fold(q, k, v, log_forget, scale):
+    """``D_ij = c_i - c_j`` as one extra channel: ``c_i`` is the same for every key of query ``i`` and drops out
+    of the softmax, ``-c_j`` is a query feature (1) times a key feature (``-c_j / scale``); the fused causal kernel
+    runs unchanged at ``head_dim + 1`` channels. ``c`` is not centred on the sequence: a centre read from later
+    gates would let later tokens change the rounding of earlier outputs (exact causality, bit for bit)."""
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    c = log_forget.to(work).cumsum(-1)
+    ones = q.new_ones(*q.shape[:3], 1, dtype=work)
+    q1 = torch.cat([q.to(work), ones], dim=-1)
+    k1 = torch.cat([k.to(work), (-c / scale)[..., None]], dim=-1)
+    v1 = torch.cat([v.to(work), ones], dim=-1) if v.shape[-1] == q.shape[-1] else v.to(work)
+    out = F.scaled_dot_product_attention(q1, k1, v1, is_causal=True, scale=scale)
+    return (out[..., :-1] if v1.shape[-1] != v.shape[-1] else out).to(q.dtype)
+
+
+#: The implementations of :func:`forgetting_attention` (``path=``).
+FORGETTING_PATHS = ("fold", "bias")
+
+
 def forgetting_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -96,13 +116,26 @@ def forgetting_attention(
     log_forget: torch.Tensor,
     *,
     scale: Optional[float] = None,
+    path: str = "fold",
     return_weights: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Forgetting attention (FoX, Lin et al., 2025, Eq. 6): causal softmax of ``scale q.k + D``.
 
-    ``D_ij = sum_{l=j+1..i} log f_l`` (:func:`forgetting_bias`); the gates'
-    logs are per head and step. The bias goes to ``scaled_dot_product_attention``
-    as a float mask, ``-inf`` above the diagonal.
+    ``D_ij = sum_{l=j+1..i} log f_l = c_i - c_j`` (:func:`forgetting_bias`);
+    the gates' logs are per head and step. Two exact paths (equal to the
+    paper's double sum in float64, see the tests):
+
+    * ``"fold"`` (default): softmax ignores ``c_i``, the same for every key of
+      query ``i``; ``-c_j`` enters as one extra channel of ``q`` (a 1) and
+      ``k`` (``-c_j / scale``), and the fused causal kernel of
+      ``scaled_dot_product_attention`` runs with ``is_causal=True`` (no
+      ``n x n`` tensor), as ALiBi's fold (:mod:`posenc._fused_alibi`). Half
+      precision is computed in float32.
+    * ``"bias"``: :func:`forgetting_bias` built in full and passed as a float
+      mask, ``-inf`` above the diagonal.
+
+    In float32 both round the logits to about ``max |c| 2^-24`` (``|c|`` grows
+    with the length and the forgetting).
 
     Args:
         q, k: ``(batch, heads, seq, head_dim)``; v: ``(batch, heads, seq, v_dim)``
@@ -111,6 +144,7 @@ def forgetting_attention(
             entry ``<= 0`` (``F.logsigmoid`` of the gate logits); entry ``t``
             is ``log f_t`` of the token at position ``t``.
         scale: multiplier of ``q . k``; default ``1 / sqrt(head_dim)``.
+        path: one of :data:`FORGETTING_PATHS`.
         return_weights: also return the ``(batch, heads, seq, seq)`` weights
             (explicit softmax).
 
@@ -120,7 +154,7 @@ def forgetting_attention(
     Raises:
         ValueError: for ``q``, ``k``, ``v`` of other ranks, lengths, dtypes or
             devices, a ``log_forget`` of another shape than ``(batch, heads,
-            seq)``, or a positive (or NaN) log gate.
+            seq)``, a positive (or NaN) log gate, or an unknown path.
 
     With every gate ``e^{-m_h}`` this is ALiBi with slopes ``m``:
 
@@ -136,9 +170,12 @@ def forgetting_attention(
         raise ValueError(f"forgetting attention is self-attention here: q and k need one length, got "
                          f"{q.shape[2]} and {k.shape[2]}")
     _check_log_forget(log_forget, q)
+    path = one_of("path", path, FORGETTING_PATHS)
     q, scale = _scaled(q, scale)
+    if not check_bool("return_weights", return_weights) and path == "fold":
+        return _path_fold(q, k, v, log_forget, scale)
     bias = forgetting_bias(log_forget).to(q.dtype)
-    if not check_bool("return_weights", return_weights):
+    if not return_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     weights = _softmax(q @ k.transpose(-2, -1) * scale + bias)
     return weights @ v, weights
