@@ -76,6 +76,8 @@ def test_finite_at_sixteen_times_the_training_length_and_causal():
     assert bool(torch.isfinite(out).all())
     short = pe.cope_attention(q[:, :, :100], k[:, :, :100], v[:, :, :100], e)
     torch.testing.assert_close(short, out[:, :, :100], rtol=1e-5, atol=1e-6)  # later tokens change nothing
+    half = pe.cope_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), e.bfloat16())
+    assert half.dtype == torch.bfloat16 and bool(torch.isfinite(half).all())
 
 
 def test_scheme_in_a_model():

@@ -77,6 +77,9 @@ def test_stable_at_sixteen_times_the_training_length():
     q, k, v = (torch.randn(1, 2, 1024, 16, generator=g) * 3 for _ in range(3))
     out = pe.stick_breaking_attention(q, k, v)
     assert bool(torch.isfinite(out).all())
+    half = pe.stick_breaking_weights(z.bfloat16())  # the sums in float32
+    assert half.dtype == torch.bfloat16 and bool(torch.isfinite(half).all())
+    torch.testing.assert_close(half.float(), w, rtol=0.05, atol=0.02)
 
 
 def test_future_tokens_change_nothing_before_them():

@@ -143,8 +143,9 @@ def cope_attention(
     scaled, scale = _scaled(q, scale)
     allowed = _allowed(q.shape[2], window, q.device)
     scores = scaled @ k.transpose(-2, -1) * scale
-    gates = torch.sigmoid(scores).masked_fill(~allowed, 0.0)
-    positions = cope_positions(gates, embeddings.shape[0])
+    half = scores.dtype in (torch.float16, torch.bfloat16)  # then the gates are summed in float32
+    gates = torch.sigmoid(scores.float() if half else scores).masked_fill(~allowed, 0.0)
+    positions = cope_positions(gates, embeddings.shape[0]).to(q.dtype)
     logits = (scores + cope_position_logits(q, embeddings, positions)).masked_fill(~allowed, float("-inf"))
     weights = _softmax(logits)
     out = weights @ v

@@ -53,7 +53,8 @@ def stick_breaking_weights(logits: torch.Tensor, *, attend_current: bool = False
 
     Returns:
         ``(..., n, n)`` weights in ``[0, 1]``, 0 above the diagonal (and on it
-        unless ``attend_current``); each row sums to at most 1.
+        unless ``attend_current``); each row sums to at most 1. Half
+        precision is computed in float32 and cast back.
 
     >>> w = stick_breaking_weights(torch.zeros(3, 3))   # beta = 1/2 everywhere
     >>> w
@@ -66,15 +67,17 @@ def stick_breaking_weights(logits: torch.Tensor, *, attend_current: bool = False
                          f"{getattr(logits, 'dtype', type(logits).__name__)}")
     if logits.ndim < 2 or logits.shape[-1] != logits.shape[-2]:
         raise ValueError(f"logits must be (..., n, n): queries by keys of one sequence, got {tuple(logits.shape)}")
-    n = logits.shape[-1]
+    n, dtype = logits.shape[-1], logits.dtype
     nearest = 0 if check_bool("attend_current", attend_current) else -1  # the diagonal of the nearest key
     allowed = torch.ones(n, n, dtype=torch.bool, device=logits.device).tril(nearest)
+    if dtype in (torch.float16, torch.bfloat16):  # long sums of logs in float32, as the authors' reference
+        logits = logits.float()
     log_beta = F.logsigmoid(logits).masked_fill(~allowed, float("-inf"))
     log_keep = F.logsigmoid(-logits).masked_fill(~allowed, 0.0)  # log(1 - beta), 0 where not attended
     # sum over the keys k > j still allowed: a reverse cumulative sum, shifted by one key (exclusive)
     after = log_keep.flip(-1).cumsum(-1).flip(-1)
     after = F.pad(after[..., 1:], (0, 1))
-    return (log_beta + after).exp()
+    return (log_beta + after).exp().to(dtype)
 
 
 def stick_breaking_attention(
