@@ -127,7 +127,8 @@ def cope_attention(
         return_weights: also return the ``(batch, heads, seq, seq)`` probabilities.
 
     Returns:
-        ``(batch, heads, seq, v_dim)``, or ``(output, weights)``.
+        ``(batch, heads, seq, v_dim)``, or ``(output, weights)``. Half
+        precision is computed in float32 and cast back.
 
     Raises:
         ValueError: for ``q``, ``k``, ``v`` of other ranks, lengths, dtypes or
@@ -140,12 +141,15 @@ def cope_attention(
     if not isinstance(embeddings, torch.Tensor) or embeddings.ndim != 2 or embeddings.shape[0] < 2:
         raise ValueError(f"embeddings must be (n_positions >= 2, head_dim), got "
                          f"{tuple(getattr(embeddings, 'shape', ())) or type(embeddings).__name__}")
+    if q.dtype in (torch.float16, torch.bfloat16):  # the counted positions need float32 (bfloat16: 0.25 at 64)
+        out = cope_attention(q.float(), k.float(), v.float(), embeddings.float(), scale=scale, window=window,
+                             return_weights=return_weights)
+        return tuple(t.to(q.dtype) for t in out) if isinstance(out, tuple) else out.to(q.dtype)
     scaled, scale = _scaled(q, scale)
     allowed = _allowed(q.shape[2], window, q.device)
     scores = scaled @ k.transpose(-2, -1) * scale
-    half = scores.dtype in (torch.float16, torch.bfloat16)  # then the gates are summed in float32
-    gates = torch.sigmoid(scores.float() if half else scores).masked_fill(~allowed, 0.0)
-    positions = cope_positions(gates, embeddings.shape[0]).to(q.dtype)
+    gates = torch.sigmoid(scores).masked_fill(~allowed, 0.0)
+    positions = cope_positions(gates, embeddings.shape[0])
     logits = (scores + cope_position_logits(q, embeddings, positions)).masked_fill(~allowed, float("-inf"))
     weights = _softmax(logits)
     out = weights @ v
