@@ -80,3 +80,23 @@ def test_refusals():
         pe.TinyLM(8, 16, 1, 2, attention="forgeting")
     with pytest.raises(ValueError, match="forget_bias"):
         pe.TinyLM(8, 16, 1, 2, attention="forgetting", forget_bias=float("nan"))
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(KINDS))
+def test_bf16_autocast_is_close_to_float32_and_trains(device, name):
+    """As tests/test_cuda.py for the schemes: logits under bf16 autocast near float32, finite gradients."""
+    model = _model(name).to(device)
+    idx = torch.randint(0, 12, (2, 128), generator=torch.Generator().manual_seed(1)).to(device)
+    with torch.no_grad():
+        ref = model(idx)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            got = model(idx).float()
+    assert bool(torch.isfinite(got).all()) and float((got - ref).abs().max()) < 3e-2 * float(ref.abs().max())
+    with torch.autocast(device, dtype=torch.bfloat16):
+        model.loss(idx[:, :-1], idx[:, 1:]).backward()
+    assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)

@@ -101,7 +101,8 @@ def _path_fold(q, k, v, log_forget, scale):
     q1 = torch.cat([q.to(work), ones], dim=-1)
     k1 = torch.cat([k.to(work), (-c / scale)[..., None]], dim=-1)
     v1 = torch.cat([v.to(work), ones], dim=-1) if v.shape[-1] == q.shape[-1] else v.to(work)
-    out = F.scaled_dot_product_attention(q1, k1, v1, is_causal=True, scale=scale)
+    with torch.autocast(q.device.type, enabled=False):  # c_j in bfloat16 would be off by ~1 at |c| ~ 300
+        out = F.scaled_dot_product_attention(q1, k1, v1, is_causal=True, scale=scale)
     return (out[..., :-1] if v1.shape[-1] != v.shape[-1] else out).to(q.dtype)
 
 
