@@ -17,7 +17,13 @@ keys it sees (``i + 1`` under a causal mask, at most ``window``):
 
 In a model both act on the queries (``q_i`` times the factor), which scales
 ``q_i . k_j`` and leaves the fused attention kernels in use; a distance bias
-(ALiBi, ...) added after the product is not scaled.
+(ALiBi, ...) added after the product is not scaled. SSMax's factor for the
+first query is 0 (``log 1``): it sees one key, whose weight is 1 anyway.
+
+SSMax's ``s_h`` start at 1 in :class:`posenc.SoftmaxAttention`
+(``ssmax=True``): the logits times ``log n_i``. The paper learns ``s`` per
+layer and head; its starting value is this library's choice (one that does
+not depend on the training length, which is not part of a model's config).
 """
 
 from __future__ import annotations
