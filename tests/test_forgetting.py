@@ -145,3 +145,15 @@ def test_layer_gate_starts_as_the_authors_and_learns():
     assert layer.forget_gate.weight.grad is not None and bool(layer.forget_gate.weight.grad.abs().sum() > 0)
     w = layer.attention_weights(x.detach())
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 7))
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 80), dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+       path=st.sampled_from(pe.FORGETTING_PATHS), seed=st.integers(0, 1000))
+def test_lower_precision_stays_near_float64(n, dtype, path, seed):
+    q, k, v, log_forget = _inputs(2, 2, n, 8, seed=seed)
+    exact = pe.forgetting_attention(q, k, v, log_forget)
+    got = pe.forgetting_attention(q.to(dtype), k.to(dtype), v.to(dtype), log_forget.to(dtype), path=path)
+    assert got.dtype == dtype
+    tolerance = 1e-4 if dtype == torch.float32 else 0.1
+    assert float((got.double() - exact).abs().max()) < tolerance
