@@ -449,8 +449,8 @@ def _section_uri(app, fromdoc: str, docname: str, anchor: str, ids: set, locatio
     return f"{app.builder.get_relative_uri(fromdoc, docname)}#{anchor}"
 
 
-def _text_cell(*children) -> nodes.entry:
-    return nodes.entry("", nodes.paragraph("", "", *children))
+def _text_cell(column: str, *children) -> nodes.entry:
+    return nodes.entry("", nodes.paragraph("", "", *children), classes=[f"posenc-ledger-{column}"])
 
 
 def _fill_claims_ledger(app, doctree, fromdoc) -> None:
@@ -470,10 +470,10 @@ def _fill_claims_ledger(app, doctree, fromdoc) -> None:
             title = app.env.titles[docname].astext() if docname in app.env.titles else docname
             heading = nodes.reference("", title, internal=True, refuri=app.builder.get_relative_uri(fromdoc, docname))
             out.append(nodes.rubric("", "", heading, classes=["posenc-ledger-chapter"]))
-            table = nodes.table(classes=["posenc-ledger-table"])
+            table = nodes.table(classes=["posenc-ledger-table", "colwidths-given"])
             group = nodes.tgroup(cols=4)
             table += group
-            for width in (40, 15, 27, 18):
+            for width in (34, 14, 34, 18):
                 group += nodes.colspec(colwidth=width)
             group += nodes.thead("", nodes.row("", *(nodes.entry("", nodes.paragraph(text=h)) for h in (
                 "Claim (links to where it is tested)", "Source", "Measured here", "Verdict"))))
@@ -496,8 +496,9 @@ def _fill_claims_ledger(app, doctree, fromdoc) -> None:
                 joined = [part for i, ref in enumerate(cites) for part in ((nodes.Text(", "),) if i else ()) + (ref,)]
                 verdict = nodes.inline("", entry.verdict, classes=["posenc-verdict",
                                                                   f"posenc-verdict-{OUTCOME_CLASS[entry.outcome]}"])
-                row = nodes.row("", _text_cell(claim), _text_cell(*joined), _text_cell(nodes.Text(entry.measured)),
-                                _text_cell(verdict), ids=[f"claim-{entry.key}"])
+                row = nodes.row("", _text_cell("claim", claim), _text_cell("source", *joined),
+                                _text_cell("measured", nodes.Text(entry.measured)), _text_cell("verdict", verdict),
+                                ids=[f"claim-{entry.key}"])
                 body += row
             out.append(nodes.container("", table, classes=["posenc-ledger"]))
         node.replace_self(out)
