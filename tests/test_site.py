@@ -400,3 +400,52 @@ def test_chapters_offer_their_executed_notebook():
         assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs), target
         texts = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")) for o in outputs)
         assert not re.search(r"\b0%\|", texts), f"{target}: a progress bar saved at 0%"
+
+
+def test_the_claims_page_has_one_row_per_claim_of_the_executed_chapters_with_working_links():
+    """book/claims.html lists every ledger entry (pe.claim) of the executed chapters once, links each claim to an
+    anchor of its chapter and each source to the bibliography, and counts them."""
+    import html as html_lib
+    import json
+    from urllib.parse import unquote, urljoin
+
+    import posenc as pe
+
+    page = SITE / "book" / "claims.html"
+    if not page.exists():
+        _missing(f"no built page {page}")
+    entries = {}
+    for nb in sorted((SITE / "_executed" / "chapters").glob("*-with-outputs.ipynb")):
+        for entry in pe.entries_in_notebook(json.loads(nb.read_text(encoding="utf8"))):
+            assert entry.key not in entries, f"claim {entry.key} recorded twice"
+            entries[entry.key] = (nb.name.removesuffix("-with-outputs.ipynb"), entry)
+    html = page.read_text(encoding="utf8")
+    rows = dict(re.findall(r'<tr[^>]*id="claim-([^"]+)"[^>]*>(.*?)</tr>', html, flags=re.S))
+    assert len(re.findall(r'<tr[^>]*id="claim-', html)) == len(rows) == len(entries) >= 30
+    assert set(rows) == set(entries)
+    sources = {s for _, e in entries.values() for s in e.source}
+    assert f"{len(entries)} claims from {len(sources)} sources" in html
+    base = "http://site/book/claims.html"
+    for key, (chapter, entry) in entries.items():
+        row = html_lib.unescape(rows[key])
+        assert entry.verdict in row and entry.measured in row, key
+        links = re.findall(r'href="([^"]+)"', rows[key])
+        assert len(links) == 1 + len(entry.source), f"{key}: {links}"
+        for link in links:
+            url = urljoin(base, html_lib.unescape(link))
+            path, _, anchor = url.removeprefix("http://site/").partition("#")
+            target = SITE / unquote(path)
+            assert target.is_file() and anchor and f'id="{anchor}"' in target.read_text(encoding="utf8"), f"{key}: {link}"
+        assert links[0].split("#")[0].endswith(f"chapters/{chapter}.html"), f"{key}: {links[0]}"
+        assert all("bibliography.html#" in link for link in links[1:]), f"{key}: {links}"
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP])
+def test_the_claims_page_reads_on_a_phone_and_a_desktop(visit, viewport):
+    v = visit("book/claims.html", viewport)
+    info = v.page.evaluate("""() => { const t = [...document.querySelectorAll('.posenc-ledger')];
+        return {boxes: t.length, rows: document.querySelectorAll('.posenc-ledger tbody tr').length,
+                scroll: t.map(b => getComputedStyle(b).overflowX), page: document.documentElement.scrollWidth}; }""")
+    assert info["boxes"] >= 5 and info["rows"] >= 30, info
+    assert set(info["scroll"]) == {"auto"} and info["page"] <= viewport[0], info
+    assert v.errors == []
