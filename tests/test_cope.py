@@ -10,7 +10,7 @@ import posenc as pe
 
 
 def _reference(q, k, v, e, scale=None, window=None):
-    """Eqs. 3-6 of Golovneva et al. (2024), one pair at a time: gates, counted positions, interpolated e[p]."""
+    """Golovneva et al. (2024)'s equations, one pair at a time: gates, counted positions, interpolated e[p]."""
     b, h, n, d = q.shape
     scale = 1 / math.sqrt(d) if scale is None else scale
     cap = e.shape[0] - 1

@@ -11,7 +11,7 @@ import posenc as pe
 
 
 def _reference(q, k, v, log_forget, scale=None):
-    """Eq. 6 of Lin et al. (2025) as written: s_ij = scale q_i.k_j + sum_{l=j+1..i} log f_l, causal softmax."""
+    """Lin et al. (2025)'s definition as written: s_ij = scale q_i.k_j + sum_{l=j+1..i} log f_l, causal softmax."""
     b, h, n, d = q.shape
     scale = 1 / math.sqrt(d) if scale is None else scale
     out = torch.zeros(b, h, n, v.shape[-1], dtype=q.dtype)

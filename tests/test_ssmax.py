@@ -10,7 +10,7 @@ import posenc as pe
 
 
 def _reference(q, k, v, s, window=None):
-    """softmax(s_h log(n_i) z_ij) over the n_i keys query i sees (Nakanishi, 2025, Eq. 2), row by row."""
+    """softmax(s_h log(n_i) z_ij) over the n_i keys query i sees (Nakanishi, 2025), row by row."""
     b, h, n, d = q.shape
     out = torch.zeros(b, h, n, v.shape[-1], dtype=q.dtype)
     for i in range(n):

@@ -10,7 +10,7 @@ import posenc as pe
 
 
 def _reference_weights(z, attend_current=False):
-    """Eq. 2 of Tan et al. (2025) as written: A_ij = beta_ij prod_{j<k<i} (1 - beta_ik), keys j < i (or j <= i)."""
+    """Tan et al. (2025)'s definition as written: A_ij = beta_ij prod_{j<k<i} (1 - beta_ik), keys j < i (or j <= i)."""
     n = z.shape[-1]
     beta = torch.sigmoid(z)
     a = torch.zeros_like(z)

@@ -2,24 +2,24 @@
 
 "Contextual Position Encoding: Learning to Count What's Important" lets the
 content decide what a position counts. Query ``i`` opens a gate on every
-earlier key (Eq. 3 of the paper),
+earlier key,
 
 .. math:: g_{ij} = \\sigma(z_{ij}), \\qquad z_{ij} = \\text{scale}\\; q_i^\\top k_j \\quad (j \\le i),
 
 and the position of key ``j`` seen from query ``i`` is the number of open
-gates between them, itself and the query included (Eq. 4):
+gates between them, itself and the query included:
 
 .. math:: p_{ij} = \\sum_{k=j}^{i} g_{ik},
 
 a fractional number (a sum of sigmoids), capped at ``n_positions - 1``. Its
-embedding is interpolated between learned integer ones (Eq. 5),
+embedding is interpolated between learned integer ones,
 ``e[p] = (1 - w) e[floor p] + w e[ceil p]`` with ``w = p - floor p``, and the
-logit gains ``q_i . e[p_ij]`` (Eq. 6; added after the ``scale`` of
+logit gains ``q_i . e[p_ij]`` (added after the ``scale`` of
 ``q . k``, as in the paper's code, which also computes the gates from the
 scaled logits). Counting gates instead of tokens, a head may count words,
 sentences, or only the tokens it cares about.
 
-**The efficient form** (Sec. 3 of the paper): ``q_i . e[p]`` is linear in
+**The efficient form** (the paper's): ``q_i . e[p]`` is linear in
 ``e``, so ``q_i . e[p_ij] = (1 - w) (q_i . e[floor p]) + w (q_i . e[ceil p])``:
 the ``n_positions`` products ``q_i . e[t]`` are computed once per query
 (``(batch, heads, seq, n_positions)``) and read at ``floor p`` and ``ceil p``
@@ -53,7 +53,7 @@ def _allowed(n: int, window: Optional[int], device: torch.device) -> torch.Tenso
 
 
 def cope_positions(gates: torch.Tensor, n_positions: Optional[int] = None) -> torch.Tensor:
-    """CoPE's positions ``p_ij = sum_{k=j..i} g_ik`` (Eq. 4), capped at ``n_positions - 1``.
+    """CoPE's positions ``p_ij = sum_{k=j..i} g_ik`` (the paper's count), capped at ``n_positions - 1``.
 
     Args:
         gates: ``(..., n, n)`` gates in ``[0, 1]``, query ``i`` by key ``j``, 0
@@ -113,7 +113,7 @@ def cope_attention(
     window: Optional[int] = None,
     return_weights: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-    """Causal softmax attention with CoPE: ``softmax(scale q_i . k_j + q_i . e[p_ij])`` (Eqs. 3-6).
+    """Causal softmax attention with CoPE: ``softmax(scale q_i . k_j + q_i . e[p_ij])``.
 
     Gates ``sigmoid(scale q_i . k_j)`` on the keys a query may see, positions
     :func:`cope_positions` capped at ``n_positions - 1``, position logits

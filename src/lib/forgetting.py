@@ -7,7 +7,7 @@ Forget Gate", Lin, Nikishin, He & Courville, 2025) computes, for every head
 .. math:: f_t = \\sigma(w_h^\\top x_t + b_h) \\in (0, 1),
 
 and adds the log of the gates passed between key ``j`` and query ``i`` to the
-logit (Eq. 6 of the paper):
+logit (the paper's definition of forgetting attention):
 
 .. math:: s_{ij} = \\frac{q_i^\\top k_j}{\\sqrt{d}} + D_{ij}, \\qquad
           D_{ij} = \\sum_{l=j+1}^{i} \\log f_l \\quad (j \\le i),
@@ -120,7 +120,7 @@ def forgetting_attention(
     path: str = "fold",
     return_weights: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-    """Forgetting attention (FoX, Lin et al., 2025, Eq. 6): causal softmax of ``scale q.k + D``.
+    """Forgetting attention (FoX, Lin et al., 2025): causal softmax of ``scale q.k + D``.
 
     ``D_ij = sum_{l=j+1..i} log f_l = c_i - c_j`` (:func:`forgetting_bias`);
     the gates' logs are per head and step. Two exact paths (equal to the

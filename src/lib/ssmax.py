@@ -10,7 +10,7 @@ keys it sees (``i + 1`` under a causal mask, at most ``window``):
   ``L``, 1 within the training length (:func:`log_n_factors`;
   ``TinyLM(log_n_scaling=True)``);
 * **Scalable-Softmax** (Nakanishi, 2025, "Scalable-Softmax Is Superior for
-  Attention", Eq. 2): ``softmax(s log(n) z)``, i.e. the logits ``z``
+  Attention"): ``softmax(s log(n) z)``, i.e. the logits ``z``
   multiplied by ``s_h log n_i`` with ``s_h`` learned per head and layer
   (:func:`scalable_softmax`, :func:`ssmax_factors`;
   ``TinyLM(log_n_scaling="ssmax")``).
@@ -87,7 +87,7 @@ def ssmax_factors(seq_len: int, s: torch.Tensor, *, window: Optional[int] = None
 
 
 def scalable_softmax(scores: torch.Tensor, s: torch.Tensor, *, dim: int = -1) -> torch.Tensor:
-    """Scalable-Softmax (Nakanishi, 2025, Eq. 2): ``softmax(s log(n) z)`` over ``dim``.
+    """Scalable-Softmax (Nakanishi, 2025): ``softmax(s log(n) z)`` over ``dim``.
 
     ``n`` is the number of entries of each row that are not ``-inf`` (the keys
     a query sees, masks included), so a causal row ``i`` has ``n = i + 1``.

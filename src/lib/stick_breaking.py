@@ -4,7 +4,7 @@
 Study" replaces the softmax by a stick-breaking process. Every logit
 ``z_ij = scale q_i . k_j`` gives a break fraction ``beta_ij = sigmoid(z_ij)``;
 the keys break the stick in turn, **from the nearest key outward**, and key
-``j`` gets its fraction of what the nearer keys left (Eq. 2 of the paper):
+``j`` gets its fraction of what the nearer keys left (the paper's definition):
 
 .. math:: A_{ij} = \\beta_{ij} \\prod_{j < k < i} (1 - \\beta_{ik}).
 
