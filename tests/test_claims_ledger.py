@@ -189,3 +189,40 @@ def test_the_claims_page_is_in_the_book_and_the_summary_links_it():
     assert "{claims-ledger}" in (ROOT / "book" / "claims.md").read_text(encoding="utf8")
     md, _ = _cells(ROOT / "chapters" / "11_summary.ipynb")
     assert any("claims-re-tested" in cell or "book/claims.md" in cell for cell in md)
+
+
+def test_the_build_reads_the_ledger_from_the_cache_and_warns_about_an_unexecuted_chapter(tmp_path, monkeypatch):
+    """The claims page's entries come from the executed notebooks in the execution cache; a chapter without
+    executed outputs is a warning (an error under ``-W``), never a silently shorter table."""
+    import importlib.util
+    import types
+
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    import posenc as pe
+
+    spec = importlib.util.spec_from_file_location("posenc_book_for_ledger", ROOT / "book" / "_ext" / "posenc_book.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    entry = pe.Claim("k", ("press2022alibi",), "A claim.", "0.1 (0.0–0.2)", "reproduced", "reproduced", "s")
+    cell = nbformat.v4.new_code_cell("pe.claim('k', ...)")
+    nb = nbformat.v4.new_notebook(cells=[cell], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                         "language": "python"}})
+    executed = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    executed.cells[0].outputs = [nbformat.v4.new_output(
+        "display_data", {"application/papermill.record/application/vnd.posenc.claim+json": json.loads(entry.as_json())},
+        metadata={"scrapbook": {"name": "claim-k-entry", "mime_prefix": "application/papermill.record/"}})]
+    cache = get_cache(tmp_path / "cache")
+    cache.cache_notebook_bundle(CacheBundleIn(executed, "a.ipynb"), check_validity=False)
+    (tmp_path / "a.ipynb").write_text(nbformat.writes(nb))
+    (tmp_path / "b.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("1 + 1")], metadata=nb.metadata)))
+    monkeypatch.setattr(ext, "_ledger_notebooks", lambda app: [("a", tmp_path / "a.ipynb"), ("b", tmp_path / "b.ipynb")])
+    warnings = []
+    monkeypatch.setattr(ext, "logger", types.SimpleNamespace(warning=lambda message, **kw: warnings.append(message)))
+    app = types.SimpleNamespace(env=types.SimpleNamespace(
+        mystnb_config=types.SimpleNamespace(execution_cache_path=str(tmp_path / "cache"))))
+    assert ext.ledger_entries(app, "book/claims") == [("a", [entry])]
+    assert len(warnings) == 1 and "b has no executed outputs" in warnings[0]
