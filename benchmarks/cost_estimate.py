@@ -6,8 +6,8 @@ steps of the first run. This script trains one set of runs as a chapter does,
 from an empty run cache of its own, and compares T with the time the set
 then took:
 
-* ``estimate_s``: T in seconds, as printed (minutes with one decimal below
-  ten minutes, so about 3 seconds of rounding);
+* ``estimate_s``: T in seconds, as printed (to 5 seconds below a minute, to
+  a tenth of a minute below ten minutes);
 * ``measured_s``: the wall time of the whole ``train_seeds`` call, the probe
   included;
 * ``ratio``: measured / estimate. The goal is within a factor of 2 either way.
@@ -55,15 +55,18 @@ def estimate_seconds(text: str) -> Optional[float]:
 
     >>> estimate_seconds("30 runs: 0 from the cache, 30 to train, about 1.8 min on this device")
     108.0
-    >>> estimate_seconds("3 runs: 0 from the cache, 3 to train, about under a minute on this device") is None
+    >>> estimate_seconds("3 runs: 0 from the cache, 3 to train, about 45 s on this device")
+    45.0
+    >>> estimate_seconds("3 runs: 0 from the cache, 3 to train, about a few seconds on this device") is None
     True
     """
     match = _LINE.search(text)
     if match is None:
         return None
-    words = match.group(4)
-    number = re.fullmatch(r"(\d+(?:\.\d+)?) min", words)
-    return 60 * float(number.group(1)) if number else None
+    number = re.fullmatch(r"(\d+(?:\.\d+)?) (min|s)", match.group(4))
+    if number is None:  # "a few seconds": a bound, not a number
+        return None
+    return float(number.group(1)) * (60 if number.group(2) == "min" else 1)
 
 
 @contextlib.contextmanager
@@ -119,7 +122,7 @@ def main(argv=None) -> int:
         if new:
             writer.writerow(["runs", "steps", "estimate_s", "measured_s", "ratio", "machine", "kernels", "mode", "torch"])
         writer.writerow([n_runs, kwargs["steps"], "" if estimate is None else f"{estimate:.0f}", f"{measured:.1f}",
-                         f"{ratio:.3f}", machine(), torch.backends.cpu.get_cpu_capability(), P.mode,
+                         f"{ratio:.3f}", machine(), torch.backends.cpu.get_cpu_capability().lower(), P.mode,
                          torch.__version__])
     return 0
 

@@ -1,5 +1,6 @@
 """The README's examples run as written: every ```python block, in order, in one namespace."""
 
+import csv
 import re
 from pathlib import Path
 
@@ -27,7 +28,6 @@ def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
 
 def test_how_long_quotes_the_measured_cost_table():
     """The README's "How long" numbers are the committed cost table's, not typed guesses."""
-    import csv
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
@@ -43,3 +43,17 @@ def test_how_long_quotes_the_measured_cost_table():
         assert f"{total('train_core_s'):.0f} of those core-seconds train {total('runs_trained'):.0f} tiny models" in quoted
         assert f"{total('evaluate_core_s'):.0f} evaluate them" in quoted and f"{total('rest_s'):.0f} seconds are" in quoted
         assert {r["mode"] for r in rows} == {"small"} and {r["seed"] for r in rows} == {"0"}
+
+
+def test_readme_quotes_the_measured_cost_estimates():
+    """Each shipped comparison of the announced training time with the time taken is quoted as measured."""
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    tables = sorted((root / "benchmarks").glob("cost_estimate-*.csv"))
+    assert tables, "no measured cost estimate in benchmarks/"
+    for table in tables:
+        assert f"`benchmarks/{table.name}`" in readme
+        for row in csv.DictReader(table.open(encoding="utf-8")):
+            assert f"{row['runs']} runs took {float(row['ratio']):.2f} times" in readme or \
+                f"{row['runs']} runs {float(row['ratio']):.2f} times" in readme
+            assert 0.5 <= float(row["ratio"]) <= 2, "the estimate line misses the goal of a factor of 2"

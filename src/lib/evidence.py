@@ -482,37 +482,43 @@ def _cost_line(plans: List[Any], todo: List[int], side_by_side: int) -> str:
     """``"N runs: M from the cache, K to train, about T min on this device"``: what a set of runs will cost.
 
     T comes from a timed probe: the first run to train, trained here without
-    the cache for 2 and then 8 steps (the difference leaves out the start-up
-    costs), gives the seconds per step on this device, which is multiplied
-    by the steps of every run to train and divided among the workers. The
-    probe costs about ten steps of one run.
+    the cache for 2 and then 8 steps, gives the seconds per step on this
+    device (the difference of the two) and the start-up cost of a run (what
+    the 2-step run took beyond its 2 steps). Every run to train costs its
+    steps and one start-up, shared among the workers; the probe itself, about
+    ten steps of one run, is added.
     """
     n, k = len(plans), len(todo)
     line = f"{n} run{'s' if n != 1 else ''}: {n - k} from the cache, {k} to train"
     if not k:
         return line
     try:
-        per_step = _seconds_per_step(plans[todo[0]])
+        per_step, start_up, probe = _seconds_per_step(plans[todo[0]])
     except Exception:  # the run itself will raise it, with its own message
         return line + ", time unknown"
-    minutes = per_step * sum(plans[i].steps for i in todo) / side_by_side / 60
-    return line + f", about {_minutes(minutes)} on this device"
+    seconds = (per_step * sum(plans[i].steps for i in todo) + start_up * k) / side_by_side + probe
+    return line + f", about {_minutes(seconds / 60)} on this device"
 
 
-def _seconds_per_step(plan: Any) -> float:
+def _seconds_per_step(plan: Any) -> Tuple[float, float, float]:
+    """``(seconds per step, seconds to start a run, seconds the probe took)`` from runs of 2 and 8 steps."""
     probe = replace(plan, model=copy.deepcopy(plan.model), path=None)
     seconds = []
+    started = time.perf_counter()
     for steps in (2, 8):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             seconds.append(_run(replace(probe, steps=steps, warmup=min(plan.warmup, steps)), False).seconds)
     per_step = (seconds[1] - seconds[0]) / 6
-    return per_step if per_step > 0 else seconds[1] / 8
+    if per_step <= 0:  # too noisy to split: all of it steps
+        return seconds[1] / 8, 0.0, time.perf_counter() - started
+    return per_step, max(0.0, seconds[0] - 2 * per_step), time.perf_counter() - started
 
 
 def _minutes(minutes: float) -> str:
     if minutes < 1:
-        return "under a minute" if minutes >= 0.05 else "a few seconds"
+        seconds = 5 * round(12 * minutes)  # to 5 s: the probe is not finer than that
+        return f"{seconds} s" if seconds >= 5 else "a few seconds"
     return f"{minutes:.0f} min" if minutes >= 10 else f"{minutes:.1f} min"
 
 
