@@ -586,12 +586,17 @@ def glue(name: str, value: Any, spec: str = ".3f") -> str:
     if "$" in text:  # {glue:text} pastes characters: "$L$" would reach the page as written
         raise ValueError(f"glued text is shown as it is, math is not rendered in it: keep the math in the markdown "
                          f"around {{glue:text}}`{name}`, got {text!r}")
+    _myst_glue(name, text)
+    return text
+
+
+def _myst_glue(name: str, value: Any) -> None:
+    """Glue ``value`` (text, or an object with a rich display) with myst-nb, not shown; nothing without a kernel."""
     try:
         from IPython import get_ipython
         from myst_nb import glue as myst_glue
     except ImportError:
-        return text
+        return
     if get_ipython() is not None:
-        myst_glue(name, text, display=False)
-    return text
+        myst_glue(name, value, display=False)
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 
 from .claims import OUTCOMES, Verdict
-from .evidence import Spread
+from .evidence import Spread, _myst_glue
 
 __all__ = ["Claim", "claim", "entries_in_notebook"]
 
@@ -122,16 +122,9 @@ def claim(key: str, *, source: Union[str, Sequence[str]], claim: str, measured: 
 
 def _publish(entry: Claim) -> None:
     """Glue the verdict for the prose and the whole entry for the build (nothing without myst-nb or a kernel)."""
-    try:
-        from IPython import get_ipython
-        from myst_nb import glue as myst_glue
-    except ImportError:
-        return
-    if get_ipython() is None:
-        return
-    myst_glue(f"claim-{entry.key}", entry.verdict, display=False)
-    myst_glue(f"claim-{entry.key}-sentence", entry.verdict[:1].upper() + entry.verdict[1:], display=False)
-    myst_glue(f"claim-{entry.key}-entry", _Entry(entry), display=False)
+    _myst_glue(f"claim-{entry.key}", entry.verdict)
+    _myst_glue(f"claim-{entry.key}-sentence", entry.verdict[:1].upper() + entry.verdict[1:])
+    _myst_glue(f"claim-{entry.key}-entry", _Entry(entry))
 
 
 class _Entry:
