@@ -28,8 +28,6 @@ def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
 
 def test_how_long_quotes_the_measured_cost_table():
     """The README's "How long" numbers are the committed cost table's, not typed guesses."""
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text(encoding="utf-8")
     tables = sorted((root / "benchmarks").glob("build_cost-*.csv"))
