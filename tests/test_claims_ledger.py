@@ -187,7 +187,7 @@ def test_the_claims_page_is_in_the_book_and_the_summary_links_it():
     toc = (ROOT / "_toc.yml").read_text(encoding="utf8")
     assert "- file: book/claims\n" in toc
     assert "{claims-ledger}" in (ROOT / "book" / "claims.md").read_text(encoding="utf8")
-    md, _ = _cells(ROOT / "chapters" / "11_summary.ipynb")
+    md, _ = _cells(ROOT / "chapters" / "12_summary.ipynb")
     assert any("claims-re-tested" in cell or "book/claims.md" in cell for cell in md)
 
 

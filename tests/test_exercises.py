@@ -147,7 +147,10 @@ VALUES = {
     "10.3": ([[pe.block_diagonal_mask(1024, w).sum().item() / (1024 * 1025 / 2) for w in (16, 64, 256)],
              [0.0166, 0.0634, 0.2507], [0.017, 0.063, 0.25]],
             [[w / 1024 for w in (16, 64, 256)], [1.7, 6.3, 25.1]]),
-    "11.1": ([(512 * 513 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.23435],
+    "11.1": ([-math.log(0.9), 0.10536], [0.1, 0.9, math.log(0.9), 1 / 0.9]),        # 1 - f; f; the sign; 1/f
+    "11.2": ([(math.log(1023), math.log(1023) / math.log(1024)), (6.9305, 0.99986)],
+             [(math.log(1024), 1.0), (math.log(1023), 1.0), (0.99986, math.log(1023)), (6.9305, 0.5)]),
+    "12.1": ([(512 * 513 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.23435],
             [512 / 4096, (512 * 511 / 2 + 3584 * 512) / (4096 * 4097 / 2), 0.2343, 0.38]),   # w/n; off by one
 }
 
@@ -193,12 +196,16 @@ FUNCTIONS = {
     "9.4": ([lambda k, n: 1 / k + (1 - 1 / k) / n, lambda k, n: (n + k - 1) / (k * n)],
             [lambda k, n: 1 / k, lambda k, n: 1 / k + 1 / n, lambda k, n: 1 / n]),
     "10.3": ([lambda n, w: (w + 1) / (n + 1)], [lambda n, w: w / n, lambda n, w: (w + 1) / n]),
-    "11.1": ([_window_share], [lambda n, w: min(w, n) / n, lambda n, w: _window_share(n, w - 1) if w > 1 else 1.0]),
+    "11.1": ([lambda f: -math.log(f), lambda f: math.log(1 / f)], [lambda f: 1 - f, lambda f: math.log(f)]),
+    "11.2": ([lambda n, s: (math.log(n - 1), math.log(n - 1) / (s * math.log(n)))],
+             [lambda n, s: (math.log(n), 1 / s), lambda n, s: (math.log(n - 1), math.log(n - 1) / math.log(n)),
+              lambda n, s: (math.log(n - 1), s * math.log(n - 1) / math.log(n))]),
+    "12.1": ([_window_share], [lambda n, w: min(w, n) / n, lambda n, w: _window_share(n, w - 1) if w > 1 else 1.0]),
 }
 
 
 class _LearnedALiBi(pe.PositionScheme):
-    """ALiBi with learned slopes, as the solution of chapter 11 writes it."""
+    """ALiBi with learned slopes, as the solution of chapter 12 writes it."""
 
     def bind(self, *, d_model, n_heads, n_layers):
         super().bind(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
@@ -243,7 +250,7 @@ class _NoBias(pe.PositionScheme):
 
 #: exercise -> (right position schemes, wrong ones): classes, or objects
 SCHEMES = {
-    "11.3": ([_LearnedALiBi, _LearnedALiBi(), _LogSlopes],
+    "12.3": ([_LearnedALiBi, _LearnedALiBi(), _LogSlopes],
             [pe.alibi.ALiBi, pe.alibi.ALiBi(), _FrozenSlopes, _WrongSign, _EvenSlopes, _NoBias, pe.TinyLM]),
 }
 
@@ -263,7 +270,7 @@ def test_exercises_lists_one_line_each_in_order():
     assert list(exercises(chapter=3)) == ["3.1", "3.2", "3.3", "3.4", "3.5"]
     assert list(exercises(chapter=8)) == ["8.1", "8.2", "8.3", "8.4"]
     assert list(exercises(chapter=9)) == ["9.1", "9.2", "9.3", "9.4"]
-    assert list(exercises(chapter=11)) == ["11.1", "11.3"]
+    assert list(exercises(chapter=12)) == ["12.1", "12.3"]
 
 
 def test_published_alibi_slopes():
@@ -320,16 +327,16 @@ def test_wrong_schemes_fail_with_a_hint(key, capsys):
 
 
 def test_scheme_checker_names_the_wrong_entry_and_leaves_the_readers_object_alone(capsys):
-    assert not check("11.3", _WrongSign)
+    assert not check("12.3", _WrongSign)
     out = capsys.readouterr().out
     assert "head 0 at distance 1" in out and "too large" in out and "0.5" not in out
-    assert not check("11.3", _FrozenSlopes)
+    assert not check("12.3", _FrozenSlopes)
     assert "does not depend on a learned torch.nn.Parameter" in capsys.readouterr().out
     model = pe.TinyLM(8, 48, 1, 6, position=_LearnedALiBi())    # an object already in a model: its own sizes
     with torch.no_grad():
         model.position.slope.mul_(2)                           # "trained"
     trained = model.position.slope.detach().clone()
-    assert check("11.3", model.position)
+    assert check("12.3", model.position)
     assert "correct for 1 model size." in capsys.readouterr().out
     assert torch.equal(model.position.slope, trained) and model.position.n_heads == 6
 
@@ -410,3 +417,11 @@ def test_unknown_exercise_raises(bad):
 def test_registered_as_submodule():
     assert pe.exercises.check is check
     assert "exercises" in pe.__all__ and "check" not in pe.__all__
+
+
+def test_the_learned_alibi_checker_gives_its_own_hint(capsys):
+    """A wrong scheme for 12.3 is told 12.3's hint, not another exercise's."""
+    assert not check("12.3", _WrongSign)
+    out = capsys.readouterr().out
+    assert pe.exercises._EXERCISES["12.3"].hint in out
+    assert all(pe.exercises._EXERCISES[other].hint not in out for other in pe.exercises._EXERCISES if other != "12.3")

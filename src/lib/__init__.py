@@ -183,6 +183,7 @@ from .data import (
 )
 from .ruler import MultiKeyRetrieval, MultiValueRetrieval, VariableTracking
 from .recall import AssociativeRecall
+from .flipflop import FlipFlop
 from .passkey import (
     PasskeyRetrieval,
     effective_length,
@@ -357,6 +358,7 @@ __all__ = [
     "MarkovChain",
     "FirstTokenRetrieval",
     "LaggedCopy",
+    "FlipFlop",
     "CharCorpus",
     "python_docs",
     "tiny_shakespeare",

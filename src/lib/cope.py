@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from ._validate import check_bool, check_int
+from ._per_sequence import per_sequence, split_by_sequence
 from .attention import _check_qkv, _scaled, _softmax
 from .scheme import PositionScheme, register_scheme
 
@@ -145,6 +146,9 @@ def cope_attention(
         out = cope_attention(q.float(), k.float(), v.float(), embeddings.float(), scale=scale, window=window,
                              return_weights=return_weights)
         return tuple(t.to(q.dtype) for t in out) if isinstance(out, tuple) else out.to(q.dtype)
+    if split_by_sequence(q, k, (q, k, v, embeddings)):
+        return per_sequence(lambda b: cope_attention(q[b:b + 1], k[b:b + 1], v[b:b + 1], embeddings, scale=scale,
+                                                     window=window, return_weights=return_weights), q.shape[0])
     scaled, scale = _scaled(q, scale)
     allowed = _allowed(q.shape[2], window, q.device)
     scores = scaled @ k.transpose(-2, -1) * scale

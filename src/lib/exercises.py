@@ -31,175 +31,32 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from ._checking import _Exercise, _check_function, _compare, _describe, _expected_in_words, _plain, _value_problem
 from .alibi import alibi_slopes
 from .attention import log_length_scale
-from .bias import kerple_log_bias, kerple_power_bias, t5_relative_buckets
-from .layers import block_diagonal_mask
-from .linear import linear_attention
-from .masks import relative_positions, sliding_window_mask
+from .masks import sliding_window_mask
 from .model import TinyLM
-from .extend import rope_frequencies_dynamic_ntk, rope_min_base
-from .rotary import (half_split_to_interleaved, p_rope_frequencies, rope_decay_bound, rope_frequencies,
-                     rope_frequencies_interpolated, rope_frequencies_ntk, yarn_attention_factor)
+from .extend import rope_min_base
+from .rotary import half_split_to_interleaved, rope_decay_bound, yarn_attention_factor
 from .scheme import PositionScheme
-from .sinusoidal import sinusoidal_period_coverage, sinusoidal_wavelengths
-from .xpos import blockwise_causal_mask, xpos_scales
+from .sinusoidal import sinusoidal_wavelengths
+from .xpos import blockwise_causal_mask
 
 __all__ = ["check", "exercises"]
 
 
-# --- The expected answers, computed with the library ------------------------
-
-
-def _bfloat16_collision() -> int:
-    marker = (1 / torch.arange(1, 4000, dtype=torch.float64)).to(torch.bfloat16)  # 1/(i+1) in bfloat16
-    return int((marker[1:] == marker[:-1]).nonzero()[0].item())
-
-
-def _far_fraction(L: int, n: int) -> float:  # the n x n query-key pairs with |i - j| >= L (no mask)
-    return (relative_positions(n).abs() >= L).double().mean().item()
-
-
-def _key_weight(n: int, a: float) -> float:  # softmax weight of a key with logit a among n keys, the others at 0
-    return torch.cat([torch.tensor([a]), torch.zeros(n - 1)]).double().softmax(0)[0].item()
-
-
-def _turning_pairs(L: int, d: int, base: float) -> int:
-    return int((sinusoidal_period_coverage(L, d, base) == 1).sum())
-
-
-def _slow_pairs(base: float, L: int, d: int) -> int:
-    return int((2 * math.pi / rope_frequencies(d, base) > L).sum())
-
-
-def _random_gap(L: int, M: int) -> float:
-    # Mean gap between neighbouring ids of a sorted uniform sample of L distinct ids from 0 .. M-1:
-    # the k-th smallest has mean k (M + 1) / (L + 1) - 1, so neighbours are (M + 1) / (L + 1) apart.
-    return (M + 1) / (L + 1)
-
-
-def _random_pick(k: int, n: int) -> float:  # the queried record (1/k), or another whose value equals the answer
-    return 1 / k + (1 - 1 / k) / n
-
-
-def _p_rope_pairs(dim: int, base: float, p: float) -> tuple:
-    # (pairs left unrotated, longest wavelength still rotating) of p-RoPE.
-    freqs = p_rope_frequencies(dim, base, p)
-    turning = freqs[freqs > 0]
-    return int((freqs == 0).sum()), (2 * math.pi / turning.min()).item() if len(turning) else 0.0
-
-
-def _ntk_base(d: int, base: float, s: float) -> float:  # NTK-aware theta_i = b' ** (-2i/d): b' off pair 1
-    return rope_frequencies_ntk(d, base, s)[1].item() ** (-d / 2)
-
-
-def _dynamic_base(n: int, L: int, d: int, base: float, a: float) -> float:
-    # The base of dynamic NTK scaling at length n, read off pair 1 of the library's frequencies.
-    return rope_frequencies_dynamic_ntk(d, n, L, base, a)[1].item() ** (-d / 2)
-
-
-def _llama3_pairs(d: int, base: float, L: int) -> Tuple[int, int, int]:
-    # Pairs (unchanged, divided by the factor, smoothed) of the Llama 3.1 rule, low 1 and high 4.
-    wavelength = 2 * math.pi / rope_frequencies(d, base)
-    fast, slow = int((wavelength < L / 4).sum()), int((wavelength > L).sum())
-    return fast, slow, d // 2 - fast - slow
-
-
-def _yarn_temperature(s: float) -> float:
-    return 1 / yarn_attention_factor(s) ** 2  # sqrt(1/t) = 0.1 ln s + 1
-
-
-def _slow_after_pi(d: int, base: float, L: int, s: float) -> int:
-    return int((2 * math.pi / rope_frequencies_interpolated(d, base, s) > L).sum())
-
-
-def _random_weights() -> List[tuple]:
-    g = torch.Generator().manual_seed(0)
-    return [(torch.randn(out, inp, generator=g, dtype=torch.float64),)
-            for out, inp in [(16, 32), (8, 8), (64, 10), (2, 5)]]
-
-
-def _log_kernel_reach(r2: float, n_keys: int = 200) -> int:
-    # Last distance at which -log(1 + r2 t) is at least 0.9 times -r2 t (r1 = 1).
-    log_k = kerple_log_bias(1.0, r2, 1, n_keys)[0, 0].flip(0)[1:]  # distances 1 .. n_keys-1
-    ok = log_k / (-r2 * torch.arange(1, n_keys)) >= 0.9
-    return int(ok.nonzero().max()) + 1 if ok.any() else 0
-
-
-def _new_weight(w: float, c: float) -> float:
-    # Weight of a key that had weight w once c is added to its logit alone (the other keys share 1 - w).
-    return (torch.tensor([math.log(w) + c, math.log1p(-w)], dtype=torch.float64)).softmax(0)[0].item()
-
-
-def _mirror_differences(n: int = 12) -> List[int]:
-    # Pairs (i, j) whose bias differs from that of (j, i): KERPLE, and T5 with 32 different table values.
-    kerple, t5 = kerple_power_bias(1.0, 0.5, n)[0], t5_relative_buckets(relative_positions(n), bidirectional=True)
-    return [int((kerple != kerple.T).sum()), int((t5 != t5.T).sum())]
-
-
-def _far_share(r1: float, r2: float, n_keys: int = 2**22, near: int = 128) -> float:
-    # Share of the keys `near` or more back (identical keys); the row is long enough to stand for the limit.
-    weights = kerple_log_bias(*torch.tensor([[r1], [r2]], dtype=torch.float64), 1, n_keys)[0, 0].softmax(-1)
-    return weights[: n_keys - near].sum().item()
-
-
-def _last_bucket_size(n_keys: int) -> int:
-    return int((t5_relative_buckets(-torch.arange(n_keys), bidirectional=False) == 31).sum())
-
-
-def _xpos_float16_base(L: int = 32768, d: int = 64) -> float:
-    # The largest factor is F(B) = (1/zeta_0) ** (e/B): B * ln F(B) does not depend on B.
-    scales = xpos_scales(torch.arange(L), d, scale_base=4096.0)
-    largest = torch.maximum(scales, 1 / scales).max().item()
-    return 4096.0 * math.log(largest) / math.log(torch.finfo(torch.float16).max)
-
-
-def _alibi_reach(m: float, s: float) -> int:
-    # Largest distance D at which a key with logit s - m D keeps half of the attention against D keys at 0.
-    D = torch.arange(1, int(s / m) + 2, dtype=torch.float64)
-    ok = 1 / (1 + D * torch.exp(m * D - s)) >= 0.5
-    return int(D[ok].max().item()) if ok.any() else 0
-
-
-def _gradient_ratio(c: float = 1e-3) -> float:
-    # |grad wrt phi(q)| at c * q divided by the one at q (relu features, eps = 0).
-    g = torch.Generator().manual_seed(0)
-    q, k, v, w = (torch.randn(1, 1, 8, 4, generator=g, dtype=torch.float64) for _ in range(4))
-    grads = [torch.autograd.grad((linear_attention(qc, k.abs(), v, feature="relu", eps=0.0) * w).sum(), qc)[0]
-             for qc in ((scale * q.abs()).requires_grad_() for scale in (1.0, c))]
-    return (grads[1].norm() / grads[0].norm()).item()
-
-
-def _diag_fraction(n: int, w: int) -> float:
-    return block_diagonal_mask(n, w).sum().item() / (n * (n + 1) / 2)
-
-
-def _window_fraction(n: int, w: int) -> float:
-    # Share of the n(n+1)/2 causal query-key pairs that a causal window of w keys computes.
-    return sliding_window_mask(n, window=w).sum().item() / (n * (n + 1) / 2)
-
-
-def _reach_100() -> List[int]:
-    slope_sets = alibi_slopes(8, dtype=torch.float64), torch.arange(8, 0, -1, dtype=torch.float64) / 8
-    return [int((math.log(100) / m > 100).sum()) for m in slope_sets]
-
-
-def _mean_lookback() -> torch.Tensor:
-    # Mean of the geometric weights (1 - r) r^delta, r = e^-m, over a long past.
-    m, delta = alibi_slopes(8, dtype=torch.float64)[:, None], torch.arange(100_000, dtype=torch.float64)
-    return (-torch.expm1(-m) * torch.exp(-m * delta) * delta).sum(-1)
+from ._answers import (_bfloat16_collision, _far_fraction, _key_weight, _turning_pairs, _slow_pairs, _random_gap, _random_pick, _p_rope_pairs, _ntk_base, _dynamic_base, _llama3_pairs, _yarn_temperature, _slow_after_pi, _random_weights, _log_kernel_reach, _new_weight, _mirror_differences, _far_share, _last_bucket_size, _xpos_float16_base, _alibi_reach, _gradient_ratio, _diag_fraction, _fox_slope, _half_weight_gaps, _window_fraction, _reach_100, _mean_lookback)
 
 
 def _learned_alibi(answer: Any) -> Tuple[bool, str]:
-    # Chapter 11: a scheme with the bias -m_h d, m_h learned and starting at alibi_slopes(n_heads).
+    # Chapter 12: a scheme with the bias -m_h d, m_h learned and starting at alibi_slopes(n_heads).
     if not (isinstance(answer, PositionScheme) or isinstance(answer, type) and issubclass(answer, PositionScheme)):
         return False, f"expected a posenc.PositionScheme subclass or object, got {_describe(answer)}"
-    hint, sizes = f"Hint: {_EXERCISES['10.3'].hint}", [(64, 4, 2), (48, 6, 1), (64, 8, 3), (16, 1, 1)]
+    hint, sizes = f"Hint: {_EXERCISES['12.3'].hint}", [(64, 4, 2), (48, 6, 1), (64, 8, 3), (16, 1, 1)]
     sizes = sizes if isinstance(answer, type) else [(answer.d_model or 64, answer.n_heads or 4, answer.n_layers or 2)]
     for d_model, heads, layers in sizes:
         try:  # an object is copied (the reader's is left as it is); TinyLM checks the shape of the bias
@@ -526,8 +383,28 @@ _EXERCISES: Dict[str, _Exercise] = {
         signature="kept(n, w)", reference=_diag_fraction,
         inputs=lambda: [(1024, 16), (1024, 64), (1024, 256), (12, 3), (8, 8), (6, 1), (100, 10)],
     ),
-    # Chapter 11: summary
+    # Chapter 11: positions from the content
     "11.1": _Exercise(
+        title="the ALiBi slope m of a Forgetting Transformer head whose forget gate is held at f = 0.9 "
+              "(a number, or a function slope(f))",
+        confirm="A constant gate is ALiBi: every token passed costs log f of logit.",
+        hint="the bias one step back is D_(i, i-1) = log f_i; ALiBi's is -m.",
+        expected=lambda: _fox_slope(0.9), rtol=1e-4,
+        signature="slope(f)", reference=_fox_slope,
+        inputs=lambda: [(0.9,), (0.5,), (0.99,), (2.0 ** -0.5,), (1e-3,), (1.0,)],
+    ),
+    "11.2": _Exercise(
+        title="the smallest logit gap that keeps half the weight on one key among n = 1024 (the others at 0), "
+              "with plain softmax and with SSMax at s = 1 (2 numbers, or a function half_gaps(n, s))",
+        confirm="Plain softmax needs a gap that grows like log n; SSMax's stays near 1 / s at every length.",
+        hint="the key's weight is e^(c gap) / (e^(c gap) + n - 1), with c = 1 for softmax and c = s log n for SSMax; "
+             "set it to 1/2.",
+        expected=lambda: _half_weight_gaps(1024, 1.0), rtol=5e-5,
+        signature="half_gaps(n, s)", reference=_half_weight_gaps,
+        inputs=lambda: [(1024, 1.0), (2, 1.0), (16, 0.5), (4096, 2.0), (100, 0.3), (65536, 1.0)],
+    ),
+    # Chapter 12: summary
+    "12.1": _Exercise(
         title="fraction of the n(n+1)/2 causal query-key pairs that a causal window of w = 512 keys "
               "computes at n = 4096 (a number to 5 digits, or a function window_share(n, w))",
         confirm="A window costs O(n w) instead of O(n^2 / 2): below 1 once n > w.",
@@ -536,7 +413,7 @@ _EXERCISES: Dict[str, _Exercise] = {
         signature="window_share(n, w)", reference=_window_fraction,
         inputs=lambda: [(4096, 512), (1024, 16), (8, 8), (8, 20), (100, 1), (37, 5), (2048, 2047)],
     ),
-    "11.3": _Exercise(
+    "12.3": _Exercise(
         title="a PositionScheme subclass or object: ALiBi's bias -m_h (i - j), m_h learned, starting at ALiBi's",
         confirm="The slopes start as ALiBi's and now train with the model.",
         hint="create a torch.nn.Parameter of n_heads slopes in bind() (self.n_heads is known there), "

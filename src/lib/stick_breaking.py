@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from ._validate import check_bool
+from ._per_sequence import per_sequence, split_by_sequence
 from .attention import _check_qkv, _scaled
 from .layers import _LAYERS, Positions, _MultiHead, _rotate_pair
 
@@ -113,6 +114,10 @@ def stick_breaking_attention(
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"stick-breaking attention is self-attention here: q and k need one length, got "
                          f"{q.shape[2]} and {k.shape[2]}")
+    if split_by_sequence(q, k, (q, k, v)):
+        return per_sequence(lambda b: stick_breaking_attention(q[b:b + 1], k[b:b + 1], v[b:b + 1], scale=scale,
+                                                               attend_current=attend_current,
+                                                               return_weights=return_weights), q.shape[0])
     q, scale = _scaled(q, scale)
     weights = stick_breaking_weights(q @ k.transpose(-2, -1) * scale, attend_current=attend_current)
     remainder = 1.0 - weights.sum(-1, keepdim=True)  # (batch, heads, seq, 1), in [0, 1]
