@@ -81,3 +81,26 @@ def test_one_execution_cache_per_mode_seed_and_kernel_set():
              for size in ("small", "full") for seed in ("", "1", "2") for kernels in ("", "default", "avx2")}
     assert len(names) == 2 * 3 * 3 and all("/" not in n for n in names)
     assert "/" not in name(".jupyter_cache", {"POSENC_SEED": "../x"})
+
+
+def test_a_build_removes_the_pages_of_sources_that_are_gone(tmp_path):
+    """A renamed chapter leaves no HTML page, executed notebook or reader copy of its old name on the site."""
+    import types
+
+    ext = _extension()
+    out = tmp_path / "html"
+    kept = ["chapters/12_summary.html", "_executed/chapters/12_summary-with-outputs.ipynb",
+            "_notebooks/chapters/12_summary.ipynb", "book/claims.html", "index.html", "search.html",
+            "_static/chapters/11_summary.html"]
+    gone = ["chapters/11_summary.html", "_executed/chapters/11_summary-with-outputs.ipynb",
+            "_notebooks/chapters/11_summary.ipynb"]
+    for name in kept + gone:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("x")
+    app = types.SimpleNamespace(outdir=str(out), builder=types.SimpleNamespace(format="html"),
+                                env=types.SimpleNamespace(found_docs={"chapters/12_summary", "book/claims", "book/intro"}))
+    ext._drop_removed_pages(app, RuntimeError("a failed build"))       # a failed build removes nothing
+    assert all((out / name).exists() for name in kept + gone)
+    ext._drop_removed_pages(app, None)
+    assert all((out / name).exists() for name in kept)
+    assert not any((out / name).exists() for name in gone)

@@ -283,6 +283,23 @@ def _executed_download(app, pagename, templatename, context, doctree) -> None:
             })
 
 
+def _drop_removed_pages(app, exception) -> None:
+    # Sphinx never deletes the output of a page whose source is gone (a renamed chapter): its HTML,
+    # executed notebook and reader copy would stay on the site, and its claims on the ledger's checks.
+    if exception is not None or app.builder.format != "html":
+        return
+    out, docs = Path(app.outdir), set(app.env.found_docs)
+    stale = [(path, path.relative_to(out / folder).as_posix().removesuffix(suffix))
+             for folder, suffix in ((EXECUTED, "-with-outputs.ipynb"), ("_notebooks", ".ipynb"))
+             for path in (out / folder).rglob(f"*{suffix}")]
+    stale += [(path, path.relative_to(out).as_posix().removesuffix(".html"))
+              for folder in {doc.split("/")[0] for doc in docs if "/" in doc} for path in (out / folder).rglob("*.html")]
+    for path, doc in stale:
+        if doc not in docs:
+            path.unlink()
+            logger.info(f"removed {path.relative_to(out)}: its page {doc} is no longer in the book")
+
+
 def _reader_copy():
     """``book/reader_copy.py``, which writes a notebook page's copy for JupyterLab and Colab."""
     return _book_module("reader_copy")
@@ -516,6 +533,7 @@ def setup(app):
     app.connect("html-page-context", _reader_download, priority=600)  # after the executed notebook's
     app.connect("html-page-context", _plotly_where_needed, priority=800)
     app.connect("build-finished", _copy_assets)
+    app.connect("build-finished", _drop_removed_pages)
     app.connect("autodoc-process-docstring", _module_docstring)
     app.connect("build-finished", _lighten_pages)
     app.connect("build-finished", _write_redirect, priority=400)  # before sphinx-external-toc's (500)
