@@ -97,9 +97,7 @@ class FlipFlop:
         if self.read_last:
             instructions[:, -1] = self.READ
         bits = torch.randint(2, (batch_size, pairs), generator=generator)
-        # each pair's last write: a running max of the indices of the writes (pair 0 is one)
-        index = torch.arange(pairs).expand(batch_size, pairs)
-        last_write = torch.where(instructions == self.WRITE, index, 0).cummax(dim=1).values
+        _, last_write = self._last_write(instructions)
         reads = instructions == self.READ
         bits = torch.where(reads, bits.gather(1, last_write), bits)
         inputs = torch.stack([instructions, bits + self.ZERO], dim=2).view(batch_size, seq_len)
@@ -116,7 +114,13 @@ class FlipFlop:
             raise ValueError(f"inputs must be a (batch, seq_len) tensor of FlipFlop sequences, seq_len even, got "
                              f"{getattr(inputs, 'shape', type(inputs).__name__)}")
         instructions = inputs[:, 0::2]
+        index, last_write = self._last_write(instructions)
+        return 2 * (index - last_write)[instructions == self.READ]
+
+    def _last_write(self, instructions: torch.Tensor):
+        """``(index, last_write)``: each pair's index and that of the latest write up to it, ``(batch, pairs)``.
+
+        A running max of the indices of the writes (pair 0 is one, or 0 where none has come yet).
+        """
         index = torch.arange(instructions.shape[1]).expand_as(instructions)
-        last_write = torch.where(instructions == self.WRITE, index, 0).cummax(dim=1).values
-        reads = instructions == self.READ
-        return 2 * (index - last_write)[reads]
+        return index, torch.where(instructions == self.WRITE, index, 0).cummax(dim=1).values
