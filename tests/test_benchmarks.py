@@ -53,6 +53,32 @@ def test_attention_benchmark_takes_every_ratio_against_sdpa_of_the_same_run(benc
                 assert low == mid == high == 1.0
 
 
+
+def test_attention_benchmark_stops_the_explicit_kinds_at_their_cap(bench, tmp_path):
+    out = tmp_path / "attention.csv"
+    attention = bench("attention", "--lengths", 32, 64, "--rounds", 1, "--repeats", 1, "--no-memory",
+                      "--explicit-max", 32, "--schemes", "FoX", "CoPE", "stick-breaking", "--out", out)
+    attention.main()
+    cases = {(r["scheme"], int(r["n"])) for r in rows_of(out)}
+    assert cases == {("causal SDPA", 32), ("causal SDPA", 64), ("FoX", 32), ("FoX", 64), ("CoPE", 32),
+                     ("stick-breaking", 32)}
+
+
+def test_attention_benchmark_update_replaces_only_the_schemes_measured_again(bench, tmp_path):
+    out = tmp_path / "attention.csv"
+    bench("attention", "--lengths", 32, "--rounds", 1, "--repeats", 1, "--no-memory", "--schemes", "RoPE", "RoPE + SSMax",
+          "--out", out).main()
+    before = {r["scheme"]: r for r in rows_of(out)}
+    bench("attention", "--lengths", 32, "--rounds", 1, "--repeats", 1, "--no-memory", "--schemes", "RoPE + SSMax", "FoX",
+          "--out", out, "--update").main()
+    after = rows_of(out)
+    assert [r["scheme"] for r in after] == ["causal SDPA", "RoPE", "RoPE + SSMax", "FoX"]   # the file's rows first, kept
+    assert after[0] == before["causal SDPA"] and after[1] == before["RoPE"]        # its baseline and RoPE untouched
+    bench("attention", "--lengths", 32, "--rounds", 1, "--repeats", 1, "--no-memory", "--schemes", "FoX",
+          "--out", out).main()                                                       # without --update: a new file
+    assert [r["scheme"] for r in rows_of(out)] == ["causal SDPA", "FoX"]
+
+
 def test_attention_benchmark_leaves_out_a_case_that_runs_out_of_memory(bench, tmp_path, monkeypatch, capsys):
     out = tmp_path / "attention.csv"
     attention = bench("attention", "--lengths", 32, 64, "--rounds", 1, "--repeats", 1, "--no-memory", "--out", out)
