@@ -41,7 +41,7 @@ from torch import nn
 
 from ._validate import check_bool, check_int
 from ._per_sequence import per_sequence, split_by_sequence
-from .attention import _check_qkv, _scaled, _softmax
+from .attention import _check_qkv, _scaled
 from .scheme import PositionScheme, register_scheme
 
 __all__ = ["cope_positions", "cope_position_logits", "cope_attention", "CoPE"]
@@ -96,6 +96,11 @@ def cope_position_logits(q: torch.Tensor, embeddings: torch.Tensor, positions: t
                          f"{tuple(positions.shape)}")
     if not positions.is_meta and bool(((positions < 0) | (positions > embeddings.shape[0] - 1)).any()):
         raise ValueError(f"positions must lie in [0, n_positions - 1] = [0, {embeddings.shape[0] - 1}] (cap them)")
+    return _position_logits(q, embeddings, positions)
+
+
+def _position_logits(q: torch.Tensor, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """:func:`cope_position_logits` without its checks: for positions that :func:`cope_positions` capped."""
     at_integers = q @ embeddings.to(q.dtype).T  # (batch, heads, q_len, n_positions): q_i . e[t]
     floor = positions.detach().floor()
     w = positions - floor  # the gradient reaches the gates through w
@@ -142,6 +147,8 @@ def cope_attention(
     if not isinstance(embeddings, torch.Tensor) or embeddings.ndim != 2 or embeddings.shape[0] < 2:
         raise ValueError(f"embeddings must be (n_positions >= 2, head_dim), got "
                          f"{tuple(getattr(embeddings, 'shape', ())) or type(embeddings).__name__}")
+    if embeddings.shape[-1] != q.shape[-1]:
+        raise ValueError(f"embeddings must be (n_positions, head_dim={q.shape[-1]}), got {tuple(embeddings.shape)}")
     if q.dtype in (torch.float16, torch.bfloat16):  # the counted positions need float32 (bfloat16: 0.25 at 64)
         out = cope_attention(q.float(), k.float(), v.float(), embeddings.float(), scale=scale, window=window,
                              return_weights=return_weights)
@@ -153,9 +160,9 @@ def cope_attention(
     allowed = _allowed(q.shape[2], window, q.device)
     scores = scaled @ k.transpose(-2, -1) * scale
     gates = torch.sigmoid(scores).masked_fill(~allowed, 0.0)
-    positions = cope_positions(gates, embeddings.shape[0])
-    logits = (scores + cope_position_logits(q, embeddings, positions)).masked_fill(~allowed, float("-inf"))
-    weights = _softmax(logits)
+    positions = cope_positions(gates, embeddings.shape[0])  # in [0, n_positions - 1]: sums of gates, capped
+    logits = (scores + _position_logits(q, embeddings, positions)).masked_fill(~allowed, float("-inf"))
+    weights = logits.softmax(-1)  # every row allows its diagonal (a window holds at least the query itself)
     out = weights @ v
     return (out, weights) if check_bool("return_weights", return_weights) else out
 
