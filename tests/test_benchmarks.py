@@ -53,7 +53,6 @@ def test_attention_benchmark_takes_every_ratio_against_sdpa_of_the_same_run(benc
                 assert low == mid == high == 1.0
 
 
-
 def test_attention_benchmark_stops_the_explicit_kinds_at_their_cap(bench, tmp_path):
     out = tmp_path / "attention.csv"
     attention = bench("attention", "--lengths", 32, 64, "--rounds", 1, "--repeats", 1, "--no-memory",
