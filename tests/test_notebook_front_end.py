@@ -11,7 +11,12 @@ And a chapter's reader copy (``book/reader_copy.py``) as a reader runs it:
 Run All in JupyterLab at 1366x900 shows no solution's answer, anywhere on
 the page or in the saved file, while the reader's own check cells say "not
 answered yet"; at 390x844 no figure's title lies under plotly's mode bar.
-Screenshots go to ``$POSENC_SCREENSHOTS`` when it is set.
+
+And a chapter with several live sliders (chapter 11's derivations, up to its
+first training cell, as a reader copy): Run All, then every slider of every
+figure moved, at 390x844 and 1366x900: each move redraws its own figure, the
+sliders and figures fit the screen, nothing is fetched from outside and the
+console stays clean. Screenshots go to ``$POSENC_SCREENSHOTS`` when it is set.
 
 Skipped without JupyterLab or Chromium (failed instead when
 ``POSENC_REQUIRE_SITE`` is set, as CI does).
@@ -35,6 +40,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 READER_CHAPTER = ROOT / "chapters" / "03_rope.ipynb"      # fast: no training
+SLIDER_CHAPTER = ROOT / "chapters" / "11_content_positions.ipynb"   # four live sliders before its training
+SLIDER_PART_ENDS = "## Trained short, tested long"                # the first section that trains
+SLIDER_PART = "11_derivations.ipynb"
 SHOTS = os.environ.get("POSENC_SCREENSHOTS", "")
 REQUIRED = os.environ.get("POSENC_REQUIRE_SITE", "") not in ("", "0")
 CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
@@ -78,7 +86,12 @@ def lab(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("posenc_reader_copy_for_lab", ROOT / "book" / "reader_copy.py")
     reader_copy = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reader_copy)  # the chapter's copy, as the build writes it (without glued values)
-    reader_copy.main([str(READER_CHAPTER), "-o", str(root), "--glue-dir", str(root / "no-glue")])
+    reader_copy.main([str(READER_CHAPTER), str(SLIDER_CHAPTER), "-o", str(root), "--glue-dir", str(root / "no-glue")])
+    copy = json.loads((root / SLIDER_CHAPTER.name).read_text(encoding="utf8"))
+    ends = [i for i, c in enumerate(copy["cells"]) if "".join(c["source"]).startswith(SLIDER_PART_ENDS)]
+    assert ends, f"{SLIDER_CHAPTER.name} has no section {SLIDER_PART_ENDS!r}: choose where its slider part ends"
+    copy["cells"] = copy["cells"][:ends[0]]
+    (root / SLIDER_PART).write_text(json.dumps(copy, indent=1, ensure_ascii=False) + "\n", encoding="utf8")
     labconfig = root / "config" / "labconfig"
     labconfig.mkdir(parents=True)      # no "get Jupyter news?" prompt, which would ask for an outside feed
     (labconfig / "page_config.json").write_text(json.dumps(
@@ -335,6 +348,66 @@ def test_run_all_on_a_reader_copy_shows_no_solution_and_titles_clear_the_mode_ba
                 _shot(page, "reader-copy-figure-390.png")
             checked += 1
         assert checked >= 2
+        assert not outside, outside
+        assert not [e for e in errors if "favicon" not in e], errors
+    finally:
+        page.context.close()
+
+
+_SLIDERS = """box => { const plot = box.querySelector('.js-plotly-plot'), rect = e => e.getBoundingClientRect().toJSON();
+  const handles = Array.from(box.querySelectorAll('.widget-slider .noUi-handle'));
+  return {data: plot ? JSON.stringify(plot.data.map(t => [t.x, t.y, t.z, t.text])) : null,
+          title: plot && plot.querySelector('.gtitle') ? plot.querySelector('.gtitle').textContent : '',
+          at: handles.map(h => [h.getAttribute('aria-valuenow'), h.getAttribute('aria-valuemax')]),
+          readouts: Array.from(box.querySelectorAll('.widget-readout')).map(r => ({text: r.textContent.trim(), ...rect(r)})),
+          box: rect(box), plot: plot ? rect(plot) : null}; }"""
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390x844", "1366x900"])
+def test_every_live_slider_of_a_chapter_redraws_its_own_figure(lab, browser, viewport):
+    """Run All on chapter 11's derivations; then each slider of each figure, moved to its other end, redraws that figure."""
+    url, root = lab
+    code = ["".join(c["source"]) for c in json.loads((root / SLIDER_PART).read_text(encoding="utf8"))["cells"]
+            if c["cell_type"] == "code"]
+    expected = sum(s.count("pe.viz.interactive(") for s in code)
+    assert expected >= 4                                                         # FoX, stick-breaking, CoPE, SSMax
+    width = viewport["width"]
+    name = f"{Path(SLIDER_PART).stem}_{width}.ipynb"                  # a kernel and outputs of its own
+    shutil.copy(root / SLIDER_PART, root / name)
+    page, errors, outside = _open_notebook(browser, url, name, viewport)
+    try:
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_function(f"() => {{ const s = ({_RUN_STATE})(); return s.idle && (s.done || s.failed); }}",
+                               timeout=420_000, polling=1000)
+        state = page.evaluate(_RUN_STATE)
+        assert not state["failed"] and state["done"], state["outputs"][-3000:]
+        boxes = page.locator(".widget-vbox:has(.widget-slider)")
+        page.wait_for_function(f"() => document.querySelectorAll('.widget-vbox .js-plotly-plot').length >= {expected}",
+                               timeout=60_000)
+        assert boxes.count() == expected
+        moved = 0
+        for i in range(expected):
+            box = boxes.nth(i)
+            box.scroll_into_view_if_needed()
+            handle = box.element_handle()
+            for j in range(box.locator(".widget-slider").count()):
+                before = handle.evaluate(_SLIDERS)
+                assert before["data"] and before["plot"]["right"] <= width + 1, before["plot"]
+                assert all(0 <= r["left"] and r["right"] <= width for r in before["readouts"]), before["readouts"]
+                now, last = before["at"][j]
+                box.locator(".widget-slider .noUi-handle").nth(j).focus()
+                page.keyboard.press("Home" if now == last else "End")                 # to the other end
+                page.wait_for_function(f"([box, before]) => {{ const s = ({_SLIDERS})(box);"
+                                       " return s.data && s.data !== before.data; }",
+                                       arg=[handle, before], timeout=30_000)
+                after = handle.evaluate(_SLIDERS)
+                assert after["at"][j] != before["at"][j]                               # the slider moved
+                assert after["readouts"][j]["text"] != before["readouts"][j]["text"]   # and reads its new value
+                assert after["plot"]["right"] <= width + 1, after["plot"]
+                moved += 1
+            if i == 0:
+                _shot(page, f"chapter-sliders-moved-{width}.png")
+        assert moved >= expected
         assert not outside, outside
         assert not [e for e in errors if "favicon" not in e], errors
     finally:
