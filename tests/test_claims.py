@@ -118,6 +118,7 @@ def test_verdict_is_the_text_a_page_prints():
     (dict(tolerance=float("nan")), "tolerance"),
     (dict(min_seeds=0), "min_seeds"),
     (dict(needs="gated"), "lists"),
+    (dict(unsolved=["gated"]), "without needs"),                 # would be ignored: refused instead
     (dict(untested=""), "untested"),
     (dict(ceiling=1.0, floor=1.0), "must differ"),
     (dict(ceiling=float("inf")), "ceiling"),

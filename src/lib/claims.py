@@ -133,9 +133,11 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
             ``against`` lies within ``tolerance`` of the same one, the
             condition is "not tested here": a test at its ceiling ranks nothing.
         what: the quantity, named in "within seed noise (what)".
-        needs, unsolved: model names; if a model the claim rests on was not
-            solved within the training length on every seed, the verdict is
-            "not tested here (name not solved within L)".
+        needs, unsolved: model names; if a model the claim rests on (``needs``)
+            was not solved within the training length on every seed (is in
+            ``unsolved``), the verdict is "not tested here (name not solved
+            within L)". ``unsolved`` without ``needs`` is refused: it would be
+            ignored.
         untested: a reason the design cannot speak to the claim at all (a
             task without the distances the mechanism acts on, say):
             "not tested here (untested)".
@@ -166,6 +168,9 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
     min_seeds = check_int("min_seeds", min_seeds, 1)
     if isinstance(needs, str) or isinstance(unsolved, str):
         raise ValueError("needs and unsolved must be lists of model names, not a single string")
+    if unsolved and not needs:
+        raise ValueError(f"unsolved={list(unsolved)} without needs= would be ignored: give needs=, the models the claim "
+                         "rests on (a claim is not tested where one of them is unsolved)")
     ceiling, floor = (None if b is None else check_number(name, b) for name, b in (("ceiling", ceiling), ("floor", floor)))
     if ceiling is not None and ceiling == floor:
         raise ValueError(f"ceiling and floor must differ, got {ceiling} for both")
