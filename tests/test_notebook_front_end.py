@@ -257,6 +257,15 @@ _RUN_STATE = """() => {
           text: document.body.innerText};
 }"""
 
+def _run_all(page, settle_ms=0):
+    """Run All in the open notebook; wait until every code cell has run (or one failed); the state of :data:`_RUN_STATE`."""
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(f"() => {{ const s = ({_RUN_STATE})(); return s.idle && (s.done || s.failed); }}",
+                           timeout=420_000, polling=1000)
+    page.wait_for_timeout(settle_ms)
+    return page.evaluate(_RUN_STATE)
+
+
 _BOXES_OF = """p => { const box = e => e.getBoundingClientRect().toJSON();
   return {title: box(p.querySelector('.gtitle')), modebar: box(p.querySelector('.modebar')), plot: box(p),
           text: p.querySelector('.gtitle').textContent}; }"""
@@ -283,11 +292,7 @@ def test_run_all_on_a_reader_copy_shows_no_solution_and_titles_clear_the_mode_ba
     assert len(markers) > 2 and exercises
     page, errors, outside = _open_notebook(browser, url, name, DESKTOP)
     try:
-        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_function(f"() => {{ const s = ({_RUN_STATE})(); return s.idle && (s.done || s.failed); }}",
-                               timeout=420_000, polling=1000)
-        page.wait_for_timeout(1000)
-        state = page.evaluate(_RUN_STATE)
+        state = _run_all(page, settle_ms=1000)
         assert not state["failed"] and state["done"], state["outputs"][-3000:]
         assert state["folds"] >= len(exercises) and state["open"] == 0            # every solution folded
         for marker in markers:
@@ -357,10 +362,9 @@ def test_run_all_on_a_reader_copy_shows_no_solution_and_titles_clear_the_mode_ba
 _SLIDERS = """box => { const plot = box.querySelector('.js-plotly-plot'), rect = e => e.getBoundingClientRect().toJSON();
   const handles = Array.from(box.querySelectorAll('.widget-slider .noUi-handle'));
   return {data: plot ? JSON.stringify(plot.data.map(t => [t.x, t.y, t.z, t.text])) : null,
-          title: plot && plot.querySelector('.gtitle') ? plot.querySelector('.gtitle').textContent : '',
           at: handles.map(h => [h.getAttribute('aria-valuenow'), h.getAttribute('aria-valuemax')]),
           readouts: Array.from(box.querySelectorAll('.widget-readout')).map(r => ({text: r.textContent.trim(), ...rect(r)})),
-          box: rect(box), plot: plot ? rect(plot) : null}; }"""
+          plot: plot ? rect(plot) : null}; }"""
 
 
 @pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390x844", "1366x900"])
@@ -376,10 +380,7 @@ def test_every_live_slider_of_a_chapter_redraws_its_own_figure(lab, browser, vie
     shutil.copy(root / SLIDER_PART, root / name)
     page, errors, outside = _open_notebook(browser, url, name, viewport)
     try:
-        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_function(f"() => {{ const s = ({_RUN_STATE})(); return s.idle && (s.done || s.failed); }}",
-                               timeout=420_000, polling=1000)
-        state = page.evaluate(_RUN_STATE)
+        state = _run_all(page)
         assert not state["failed"] and state["done"], state["outputs"][-3000:]
         boxes = page.locator(".widget-vbox:has(.widget-slider)")
         page.wait_for_function(f"() => document.querySelectorAll('.widget-vbox .js-plotly-plot').length >= {expected}",
