@@ -69,18 +69,30 @@ def test_a_page_from_the_execution_cache_still_offers_its_outputs(tmp_path):
     assert ext._with_cached_outputs(app, nbformat.writes(other)) is None  # nothing cached: no empty download
 
 
-def test_one_execution_cache_per_mode_seed_and_kernel_set():
-    """jupyter-cache keys notebooks by their code only: the build's settings choose the cache folder."""
-    name = _extension().execution_cache_name
-    assert name(".jupyter_cache", {"POSENC_SIZE": "small"}) == ".jupyter_cache-small"
-    assert name(".jupyter_cache", {"POSENC_SIZE": "small", "POSENC_SEED": "0"}) == ".jupyter_cache-small"
-    assert name(".jupyter_cache", {}) == ".jupyter_cache-auto"
+def test_one_execution_cache_per_mode_seed_kernel_set_and_library(tmp_path):
+    """jupyter-cache keys notebooks by their code only: the build's settings and the library choose the cache folder."""
+    ext = _extension()
+    lib = ext.library_digest()
+    name = ext.execution_cache_name
+    assert name(".jupyter_cache", {"POSENC_SIZE": "small"}) == f".jupyter_cache-small-lib{lib}"
+    assert name(".jupyter_cache", {"POSENC_SIZE": "small", "POSENC_SEED": "0"}) == f".jupyter_cache-small-lib{lib}"
+    assert name(".jupyter_cache", {}) == f".jupyter_cache-auto-lib{lib}"
     seeded = name(".jupyter_cache", {"POSENC_SIZE": "small", "POSENC_SEED": "1", "ATEN_CPU_CAPABILITY": "default"})
-    assert seeded == ".jupyter_cache-small-seed1-default"
+    assert seeded == f".jupyter_cache-small-lib{lib}-seed1-default"
     names = {name(".jupyter_cache", {"POSENC_SIZE": size, "POSENC_SEED": seed, "ATEN_CPU_CAPABILITY": kernels})
              for size in ("small", "full") for seed in ("", "1", "2") for kernels in ("", "default", "avx2")}
     assert len(names) == 2 * 3 * 3 and all("/" not in n for n in names)
     assert "/" not in name(".jupyter_cache", {"POSENC_SEED": "../x"})
+    # an edit to any file of the library (a module, a shipped table) names another cache; undoing it, the same one
+    (tmp_path / "measured").mkdir()
+    (tmp_path / "a.py").write_text("x = 1\n"), (tmp_path / "measured" / "t.csv").write_text("n\n1\n")
+    small = {"POSENC_SIZE": "small"}
+    first = name(".jupyter_cache", small, library=tmp_path)
+    (tmp_path / "measured" / "t.csv").write_text("n\n2\n")
+    assert name(".jupyter_cache", small, library=tmp_path) != first
+    (tmp_path / "measured" / "t.csv").write_text("n\n1\n")
+    (tmp_path / "__pycache__").mkdir(), (tmp_path / "__pycache__" / "a.pyc").write_bytes(b"\0")
+    assert name(".jupyter_cache", small, library=tmp_path) == first  # byte code is not the library
 
 
 def test_a_build_removes_the_pages_of_sources_that_are_gone(tmp_path):

@@ -73,6 +73,10 @@ def test_a_comparison_with_a_control_that_beats_the_baseline_is_not_tested():
     assert pe.judge(yarn, bar, better="lower").outcome == "reproduced"
     v = pe.judge(yarn, bar, better="lower", control=plain)
     assert v.outcome == "not tested here" and not v.decisive
+    assert v.reason == "a model without the mechanism passes the same test"
+    one_seed = pe.judge(yarn, bar, better="lower", control=S(0.020, 0.5, 0.6))  # fails the test on two seeds of three
+    assert one_seed.reason == "a model without the mechanism passes the same test on some seeds"
+    assert pe.judge(yarn, bar, better="lower", control=S(0.4, 0.5, 0.6)) == "reproduced"
 
 
 def test_conditions_combine_into_partially_and_name_where():
@@ -84,7 +88,7 @@ def test_conditions_combine_into_partially_and_name_where():
     assert pe.judge({"2L": a["2L"]}, {"2L": b["2L"]}, better="lower") == "reproduced"
     assert pe.judge({"8L": a["8L"]}, {"8L": b["8L"]}, better="lower") == "not reproduced"
     noise = pe.judge({"4L": a["4L"], "8L": a["8L"]}, {"4L": b["4L"], "8L": b["8L"]}, better="lower", what="rise")
-    assert noise == "within seed noise (rise; not at 8L)"
+    assert noise == "not reproduced (at 8L; within seed noise at 4L)" and noise.decisive
 
 
 def test_conditions_at_the_ceiling_are_left_out_and_named():

@@ -157,6 +157,17 @@ def test_tables_a_cell_displays_are_tables(path):
 
 
 @pytest.mark.parametrize("path", PAGES or ["index.html"])
+def test_no_role_reaches_a_page_as_text(path):
+    """Every ``{glue:text}``, ``{cite}``, ... role was read by the build: none is left as literal text (a role
+    inside math is not read, and the math after it comes out with its delimiters flipped)."""
+    if not (SITE / path).exists():
+        _missing(f"no built page {path}")
+    text = re.sub(r"<(script|style|code|pre)\b.*?</\1>", "", (SITE / path).read_text(), flags=re.S)  # code shows roles
+    left = re.findall(r"\{(?:glue|cite|numref|ref|doc|math)(?::[a-z]+)?\}`[^`<]{0,60}", re.sub(r"<[^>]+>", "", text))
+    assert not left, f"{path}: roles left as text: {left[:3]}"
+
+
+@pytest.mark.parametrize("path", PAGES or ["index.html"])
 def test_page_loads_offline_without_errors(visit, path):
     v = visit(path)
     assert v.page.title()

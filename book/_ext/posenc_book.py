@@ -25,6 +25,7 @@ link to the repository.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import inspect
 import json
@@ -86,16 +87,29 @@ def _mathjax_dir() -> Path:
     return Path(dist.locate_file("sphinx-mathjax-offline/static/mathjax"))
 
 
-def execution_cache_name(name: str, environ=os.environ) -> str:
+LIBRARY = HERE.parents[1] / "src" / "lib"  # posenc's sources in this checkout
+
+
+def library_digest(library: Path = LIBRARY) -> str:
+    """The first 12 hex digits of the SHA-256 of every file of the library (``src/lib``, caches left out)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(library).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(path.relative_to(library).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def execution_cache_name(name: str, environ=os.environ, library: Path = LIBRARY) -> str:
     """The execution cache's folder name for this build's environment.
 
-    Executed notebooks depend on the running mode, the seeds (``POSENC_SEED``)
-    and PyTorch's CPU kernels (``ATEN_CPU_CAPABILITY``), none of which
-    jupyter-cache sees: one cache per combination, so that a build never shows
-    the outputs of another (and switching back reuses the earlier one).
+    Executed notebooks depend on the running mode, the seeds (``POSENC_SEED``),
+    PyTorch's CPU kernels (``ATEN_CPU_CAPABILITY``) and the library's code, none
+    of which jupyter-cache sees (it keys a notebook by its cells): one cache
+    per combination, so that a build never shows the outputs of another (an
+    edit to ``posenc`` executes every notebook again, and switching back
+    reuses the earlier cache).
     """
     mode = environ.get("POSENC_SIZE", "").strip().lower() or "auto"
-    parts = [name, mode]
+    parts = [name, mode, f"lib{library_digest(library)}"]
     seed = environ.get("POSENC_SEED", "").strip()
     if seed and seed != "0":
         parts.append(f"seed{seed}")
