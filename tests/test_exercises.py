@@ -69,7 +69,7 @@ def _authors_slopes(n):
 
 
 def _turning_pairs(L, d, base):
-    return math.floor(d / 2 * math.log((L - 1) / (2 * math.pi), base)) + 1
+    return min(d // 2, max(0, math.floor(d / 2 * math.log((L - 1) / (2 * math.pi), base)) + 1))
 
 
 def _yarn2(s):

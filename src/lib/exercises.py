@@ -82,7 +82,7 @@ _EXERCISES: Dict[str, _Exercise] = {
     # Chapter 1: why position matters
     "1.2": _Exercise(
         title="the first position i whose bfloat16 marker 1/(i+1) equals that of i + 1",
-        confirm="From there on, neighbouring positions look the same in bfloat16.",
+        confirm="From here on neighbours start to collide; beyond a few hundred positions most do.",
         hint="store 1/(i+1) for many i in torch.bfloat16 and compare neighbours.",
         expected=_bfloat16_collision,
     ),
@@ -122,7 +122,7 @@ _EXERCISES: Dict[str, _Exercise] = {
         signature="count(L, d, base)", reference=_turning_pairs,
         inputs=lambda: [(512, 64, 10000.0), (100, 32, 10000.0), (2048, 128, 10000.0),
                         (1000, 64, 500000.0), (50, 8, 10.0), (4096, 128, 10000.0),
-                        (512, 512, 10000.0)],
+                        (512, 512, 10000.0), (7, 8, 10000.0), (100, 4, 10.0)],
     ),
     # Chapter 3: RoPE
     "3.1": _Exercise(
