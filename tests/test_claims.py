@@ -121,7 +121,9 @@ def test_verdict_is_the_text_a_page_prints():
     (dict(margin=-0.1), "margin"),
     (dict(tolerance=float("nan")), "tolerance"),
     (dict(min_seeds=0), "min_seeds"),
-    (dict(needs="gated"), "lists"),
+    (dict(needs="gated"), "list of model names"),
+    (dict(needs=5), "list of model names"),
+    (dict(needs=["gated", 1]), "list of model names"),
     (dict(unsolved=["gated"]), "without needs"),                 # would be ignored: refused instead
     (dict(untested=""), "untested"),
     (dict(ceiling=1.0, floor=1.0), "must differ"),
@@ -145,6 +147,8 @@ def test_bad_measurements_are_refused():
         pe.judge({"2L": S(1, 2, 3)}, {"4L": S(4, 5, 6)}, better="lower")
     with pytest.raises(ValueError, match="conditions of claimed"):
         pe.judge({"2L": S(1, 2, 3)}, {"2L": S(4, 5, 6)}, better="lower", control={"8L": S(1, 1, 1)})
+    with pytest.raises(ValueError, match="read the same"):  # 2 and "2" would merge, one value lost
+        pe.judge({2: S(1, 2, 3), "2": S(1, 2, 4)}, {2: S(4, 5, 6), "2": S(4, 5, 7)}, better="lower")
     with pytest.raises(ValueError, match="control at 2L"):  # checked even where the verdict is decided earlier
         pe.judge({"2L": S(1, 2, 3)}, {"2L": S(4, 5, 6)}, better="lower", control={"2L": S(1, 1)}, untested="x")
 
@@ -165,3 +169,13 @@ def test_conditions_that_are_models_read_for_and_lengths_read_at():
     v = pe.judge({"1.5L": S(0.1, 0.1, 0.2), "16": S(0.9, 0.9, 0.9)}, {"1.5L": S(0.5, 0.6, 0.7), "16": S(0.5, 0.6, 0.7)},
                  better="lower")
     assert v == "partially reproduced (at 1.5L; not at 16)"
+
+
+def test_the_order_of_the_conditions_does_not_matter_and_none_means_no_models():
+    a, b = S(1, 2, 3), S(4, 5, 6)
+    ordered = pe.judge({"2L": a, "4L": S(1, 2, 2)}, {"2L": b, "4L": b}, better="lower")
+    assert pe.judge({"2L": a, "4L": S(1, 2, 2)}, {"4L": b, "2L": b}, better="lower") == ordered
+    with_control = dict(better="lower", control={"2L": S(7, 8, 9), "4L": S(7, 8, 9)})
+    assert pe.judge({"2L": a, "4L": a}, {"2L": b, "4L": b}, **with_control) == pe.judge(
+        {"2L": a, "4L": a}, {"2L": b, "4L": b}, **dict(with_control, control={"4L": S(7, 8, 9), "2L": S(7, 8, 9)}))
+    assert pe.judge(a, b, better="lower", needs=None, unsolved=None) == pe.judge(a, b, better="lower")

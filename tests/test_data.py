@@ -125,6 +125,15 @@ def test_retrieval_is_deterministic_and_min_distance():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert not torch.equal(a[0], task.batch(4, 40, gen(4))[0])
     assert not bool((a[0][:, :8] == task.marker).any())
+    assert bool((task.batch(4, 9, gen(3))[0][:, 8] == task.marker).all())   # the last position, 8, is far enough
+
+
+@pytest.mark.parametrize("mark_last", [True, False])
+def test_retrieval_refuses_sequences_shorter_than_min_distance(mark_last):
+    # a marker at the last position would sit nearer than min_distance (or there would be none at all)
+    task = D.FirstTokenRetrieval(mark_prob=0.5, min_distance=8, mark_last=mark_last)
+    with pytest.raises(ValueError, match="min_distance"):
+        task.batch(2, 8, gen(0))
 
 
 @pytest.mark.parametrize("kwargs", [dict(n_keys=1), dict(mark_prob=1.5), dict(mark_prob=0.0, mark_last=False),

@@ -104,6 +104,31 @@ def test_separated_and_ordering():
     assert a.below(0.21) and not a.below(0.2) and pe.separated(0.5, a)
 
 
+def test_a_spread_with_a_nan_shows_it_and_refuses_comparisons():
+    for values in [(0.1, float("nan"), 0.2), (float("nan"), 0.1, 0.2)]:  # min() alone would depend on the order
+        s = pe.Spread(values)
+        assert math.isnan(s.low) and math.isnan(s.high) and math.isnan(s.mean) and format(s, ".1f") == "nan (nan–nan)"
+        for compare in (lambda: pe.separated(s, 0.5), lambda: pe.separated(0.5, s), lambda: s.below(0.5),
+                        lambda: s.above(0.0), lambda: s.versus(1.0), lambda: pe.Spread((0.1, 0.2)).below(s)):
+            with pytest.raises(ValueError, match="NaN"):
+                compare()
+
+
+@pytest.mark.parametrize("bad", [dict(b="5"), dict(b=True), dict(margin=None), dict(margin=-0.1),
+                                 dict(margin=float("inf"))])
+def test_separated_refuses_what_is_not_a_number(bad):
+    kw = dict(a=pe.Spread((0.1, 0.2)), b=1.0, margin=0.0)
+    kw.update(bad)
+    with pytest.raises(ValueError):
+        pe.separated(kw["a"], kw["b"], kw["margin"])
+
+
+@pytest.mark.parametrize("bad", [3, "012", 2.5])
+def test_per_seed_refuses_a_seed_list_that_is_not_a_list(bad):
+    with pytest.raises(ValueError, match="seed"):
+        pe.per_seed(lambda seed: seed, bad)
+
+
 def test_over_seeds_calls_every_seed(monkeypatch):
     monkeypatch.delenv("POSENC_SEED", raising=False)
     seen = []

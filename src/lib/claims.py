@@ -99,8 +99,28 @@ def _conditions(name: str, x: Any) -> Dict[str, Any]:
     if isinstance(x, Mapping):
         if not x:
             raise ValueError(f"{name} must not be empty")
-        return {str(k): v for k, v in x.items()}
+        named = {str(k): v for k, v in x.items()}
+        if len(named) != len(x):  # 2 and "2" would become one condition, one of the two values lost
+            raise ValueError(f"{name} has conditions whose names read the same: {list(x)}")
+        return named
     return {"": x}
+
+
+def _names(name: str, x: Any) -> List[str]:
+    """``needs`` / ``unsolved``: a list of model names (``None``: none)."""
+    if x is None:
+        return []
+    if isinstance(x, str) or not isinstance(x, (list, tuple, set, frozenset)) or not all(isinstance(n, str) for n in x):
+        raise ValueError(f"{name} must be a list of model names (strings), not a single string or anything else, "
+                         f"got {x!r}")
+    return list(x)
+
+
+def _same_conditions(name: str, given: Dict[str, Any], claimed_at: Dict[str, Any]) -> Dict[str, Any]:
+    """``given`` in the order of ``claimed_at`` (the order of a dict's keys does not matter; their set does)."""
+    if set(given) != set(claimed_at):
+        raise ValueError(f"{name} must have the conditions of claimed, {list(claimed_at)}, got {list(given)}")
+    return {key: given[key] for key in claimed_at}
 
 
 def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measured, Mapping[Any, Measured]], *,
@@ -167,8 +187,7 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
     if margin < 0 or tolerance < 0:
         raise ValueError(f"margin and tolerance must be >= 0, got {margin} and {tolerance}")
     min_seeds = check_int("min_seeds", min_seeds, 1)
-    if isinstance(needs, str) or isinstance(unsolved, str):
-        raise ValueError("needs and unsolved must be lists of model names, not a single string")
+    needs, unsolved = (_names(name, x) for name, x in (("needs", needs), ("unsolved", unsolved)))
     if unsolved and not needs:
         raise ValueError(f"unsolved={list(unsolved)} without needs= would be ignored: give needs=, the models the claim "
                          "rests on (a claim is not tested where one of them is unsolved)")
@@ -177,12 +196,9 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
         raise ValueError(f"ceiling and floor must differ, got {ceiling} for both")
     if untested is not None and (not isinstance(untested, str) or not untested.strip()):
         raise ValueError(f"untested must be the reason in a few words, got {untested!r}")
-    claimed_at, against_at = _conditions("claimed", claimed), _conditions("against", against)
-    if list(against_at) != list(claimed_at):
-        raise ValueError(f"against must have the conditions of claimed, {list(claimed_at)}, got {list(against_at)}")
-    control_at = None if control is None else _conditions("control", control)
-    if control_at is not None and list(control_at) != list(claimed_at):
-        raise ValueError(f"control must have the conditions of claimed, {list(claimed_at)}, got {list(control_at)}")
+    claimed_at = _conditions("claimed", claimed)
+    against_at = _same_conditions("against", _conditions("against", against), claimed_at)
+    control_at = None if control is None else _same_conditions("control", _conditions("control", control), claimed_at)
     for key in claimed_at:  # every value checked, even where the verdict is decided before it is read
         where = f" at {key}" if key else ""
         claimed_at[key] = _check_measured(f"claimed{where}", claimed_at[key], min_seeds)

@@ -334,11 +334,14 @@ class FirstTokenRetrieval:
 
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
               *, split: str = "train") -> Batch:
-        """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64; ``seq_len >= 2``."""
+        """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64; ``seq_len >= 2`` and ``> min_distance``."""
         batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
         _check_generator(generator)
         if seq_len < 2:
             raise ValueError(f"seq_len must be >= 2 (a key and a marker), got {seq_len}")
+        if seq_len <= self.min_distance:  # the last position, 0-based seq_len - 1, is nearer than min_distance
+            raise ValueError(f"seq_len must be > min_distance = {self.min_distance}: markers sit only at positions "
+                             f">= min_distance, got seq_len={seq_len}")
         keys = torch.randint(self.n_keys, (batch_size,), generator=generator) + self.key_offset
         inputs = torch.randint(self.n_filler, (batch_size, seq_len), generator=generator)
         inputs[:, 0] = keys

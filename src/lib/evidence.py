@@ -99,6 +99,11 @@ class Spread:
     ``format(s, ".3f")`` and ``str(s)`` give ``"mean (low–high)"``, the form
     the book's tables and prose use; comparisons of two spreads go through
     :func:`separated` or :meth:`below`, never through the means alone.
+
+    A NaN among the values (a seed whose measurement failed) makes ``mean``,
+    ``low`` and ``high`` NaN, so the table shows it; comparing such a spread
+    (:meth:`below`, :meth:`above`, :meth:`versus`, :func:`separated`) raises
+    ``ValueError`` rather than answer from the other seeds.
     """
 
     values: Tuple[float, ...]
@@ -113,11 +118,16 @@ class Spread:
 
     @property
     def low(self) -> float:
-        return min(self.values)
+        return math.nan if self.has_nan else min(self.values)  # min() of a list with a NaN depends on its order
 
     @property
     def high(self) -> float:
-        return max(self.values)
+        return math.nan if self.has_nan else max(self.values)
+
+    @property
+    def has_nan(self) -> bool:
+        """Whether a seed's value is NaN."""
+        return any(math.isnan(v) for v in self.values)
 
     @property
     def width(self) -> float:
@@ -126,11 +136,11 @@ class Spread:
 
     def below(self, other: Union["Spread", Number], margin: float = 0.0) -> bool:
         """Every value of ``self`` is below every value of ``other`` by more than ``margin``."""
-        return self.high + margin < _low(other)
+        return _high(self) + _margin(margin) < _low(other)
 
     def above(self, other: Union["Spread", Number], margin: float = 0.0) -> bool:
         """Every value of ``self`` is above every value of ``other`` by more than ``margin``."""
-        return self.low - margin > _high(other)
+        return _low(self) - _margin(margin) > _high(other)
 
     def versus(self, other: Union["Spread", Number], below: str = "below", above: str = "above",
                tie: str = "within seed noise of", equal: str = "equal to") -> str:
@@ -172,12 +182,24 @@ def _format_number(x: float, spec: str) -> str:
     return text
 
 
+def _compared(x: Any) -> Union[Spread, float]:
+    """``x`` as something to compare: a :class:`Spread` or a number, neither with a NaN (``ValueError`` otherwise)."""
+    value = x if isinstance(x, Spread) else _leaf(x)
+    if value is None:
+        raise ValueError(f"a comparison takes Spreads or numbers, got {x!r}")
+    if (value.has_nan if isinstance(value, Spread) else math.isnan(value)):
+        raise ValueError(f"cannot compare {x!r}: a seed's value is NaN (its measurement failed)")
+    return value
+
+
 def _low(x: Union[Spread, Number]) -> float:
-    return x.low if isinstance(x, Spread) else float(x)
+    x = _compared(x)
+    return x.low if isinstance(x, Spread) else x
 
 
 def _high(x: Union[Spread, Number]) -> float:
-    return x.high if isinstance(x, Spread) else float(x)
+    x = _compared(x)
+    return x.high if isinstance(x, Spread) else x
 
 
 def _leaf(x: Any) -> Optional[float]:
@@ -250,15 +272,25 @@ def per_seed(measure: Callable[[int], Any], seed_list: Optional[Sequence[int]] =
     """
     if not callable(measure):
         raise ValueError(f"measure must be a function of a seed, got {type(measure).__name__}")
-    seed_list = seeds() if seed_list is None else [check_int("every seed", s, 0) for s in seed_list]
-    if not seed_list:
-        raise ValueError("seed_list must not be empty")
+    seed_list = _seed_list(seed_list)
     workers = min(_usable_cores(), len(seed_list)) if workers is None else check_int("workers", workers, 1)
     done: Dict[int, Any] = {}
     if (workers > 1 and len(seed_list) > 1 and hasattr(os, "fork") and sys.platform.startswith("linux")
             and not torch.cuda.is_initialized()):
         done = _measure_in_workers(measure, seed_list, workers)
     return [done[i] if i in done else _on_one_thread(measure, s) for i, s in enumerate(seed_list)]
+
+
+def _seed_list(seed_list: Optional[Sequence[int]]) -> List[int]:
+    """``seed_list`` checked (a non-empty list of integers >= 0), or :func:`seeds` for ``None``."""
+    if seed_list is None:
+        return seeds()
+    if isinstance(seed_list, (str, bytes)) or not hasattr(seed_list, "__iter__"):
+        raise ValueError(f"seed_list must be a list of seeds (integers >= 0), got {seed_list!r}")
+    checked = [check_int("every seed", s, 0) for s in seed_list]
+    if not checked:
+        raise ValueError("seed_list must not be empty")
+    return checked
 
 
 def over_seeds(measure: Callable[[int], Any], seed_list: Optional[Sequence[int]] = None, *,
@@ -415,9 +447,7 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
                              "model, e.g. lambda: P.make_model(task.vocab_size, 'rope')")
     if "seed" in train_kwargs:
         raise ValueError("pass the seeds as seed_list, not seed=")
-    seed_list = seeds() if seed_list is None else [check_int("every seed", s, 0) for s in seed_list]
-    if not seed_list:
-        raise ValueError("seed_list must not be empty")
+    seed_list = _seed_list(seed_list)
     if init is not None:
         init = list(init) if isinstance(init, (list, tuple)) else init
         if not isinstance(init, list) or len(init) != len(seed_list):
@@ -562,8 +592,20 @@ def _import_what_training_imports() -> None:
 
 
 def separated(a: Union[Spread, Number], b: Union[Spread, Number], margin: float = 0.0) -> bool:
-    """True when the ranges of ``a`` and ``b`` do not overlap (apart by more than ``margin``)."""
+    """True when the ranges of ``a`` and ``b`` do not overlap (apart by more than ``margin``).
+
+    Raises:
+        ValueError: for anything but Spreads and numbers, a NaN among them, or a
+            ``margin`` that is not a finite number ``>= 0``.
+    """
+    margin = _margin(margin)
     return _high(a) + margin < _low(b) or _high(b) + margin < _low(a)
+
+
+def _margin(margin: Any) -> float:
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < math.inf:
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    return float(margin)
 
 
 def glue(name: str, value: Any, spec: str = ".3f") -> str:
