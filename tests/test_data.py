@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import posenc as pe
 from posenc import data as D
+from posenc import corpora as C
 
 
 def gen(seed: int) -> torch.Generator:
@@ -160,15 +161,15 @@ def test_batch_bad_arguments():
 
 @pytest.fixture(scope="module")
 def docs():
-    return D.python_docs()
+    return C.python_docs()
 
 
 def test_python_docs_corpus(docs):
-    assert docs.vocab_size == len(D.CHARS) == 96
+    assert docs.vocab_size == len(C.CHARS) == 96
     train, val = docs.splits["train"], docs.splits["validation"]
     assert len(train) > 100_000 and len(val) > 10_000
     assert abs(len(val) / (len(train) + len(val)) - 0.1) < 1e-3
-    assert docs.config == D.python_docs().config  # deterministic
+    assert docs.config == C.python_docs().config  # deterministic
     release = platform.python_version()            # patch releases ship other text: the name tells them apart
     assert docs.name == f"python-{release}-docs" or not release.replace(".", "").isdigit()
     assert "assert" in docs.text
@@ -194,10 +195,10 @@ def test_encode_decode_roundtrip(docs):
 
 def test_char_corpus_bad_arguments():
     with pytest.raises(ValueError):
-        D.CharCorpus("short")
+        C.CharCorpus("short")
     with pytest.raises(ValueError):
-        D.CharCorpus("x" * 1000, val_fraction=1.0)
-    small = D.CharCorpus("abc " * 100)
+        C.CharCorpus("x" * 1000, val_fraction=1.0)
+    small = C.CharCorpus("abc " * 100)
     with pytest.raises(ValueError):
         small.batch(2, 100, split="validation")  # the split is too short
 
@@ -251,18 +252,18 @@ def test_download_offline_fails_clearly(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         raise urllib.error.URLError("no network")
 
-    monkeypatch.setattr(D.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(C.urllib.request, "urlopen", offline)
     with pytest.raises(RuntimeError, match=r"internet(.|\n)*pe\.python_docs\(\)"):
-        D.tiny_shakespeare(root=tmp_path)
+        C.tiny_shakespeare(root=tmp_path)
     assert not list(tmp_path.iterdir())  # nothing half-written left behind
 
 
 def test_download_correct_file_is_cached_and_not_fetched_again(tmp_path, server):
     base, routes, hits = server
     routes["/ok.txt"] = reply()
-    path = D._fetch(base + "/ok.txt", "ok.txt", BODY_SHA.upper(), tmp_path, timeout=5)
+    path = C._fetch(base + "/ok.txt", "ok.txt", BODY_SHA.upper(), tmp_path, timeout=5)
     assert path == tmp_path / "ok.txt" and path.read_bytes() == BODY
-    assert D._fetch(base + "/ok.txt", "ok.txt", BODY_SHA, tmp_path, timeout=5) == path
+    assert C._fetch(base + "/ok.txt", "ok.txt", BODY_SHA, tmp_path, timeout=5) == path
     assert hits == ["/ok.txt"]  # the second call used the cache
     assert [p.name for p in tmp_path.iterdir()] == ["ok.txt"]
 
@@ -271,11 +272,11 @@ def test_download_truncated_or_failed_response_leaves_nothing(tmp_path, server):
     base, routes, hits = server
     routes["/short.txt"] = reply(length=len(BODY) + 1000)  # the connection closes early
     with pytest.raises(RuntimeError, match=f"ended after {len(BODY)} of its {len(BODY) + 1000} bytes"):
-        D._fetch(base + "/short.txt", "short.txt", BODY_SHA, tmp_path, timeout=5)
+        C._fetch(base + "/short.txt", "short.txt", BODY_SHA, tmp_path, timeout=5)
     assert not list(tmp_path.iterdir())
     routes["/missing.txt"] = reply(b"not found", status=404)
     with pytest.raises(RuntimeError, match="404"):
-        D._fetch(base + "/missing.txt", "missing.txt", BODY_SHA, tmp_path, timeout=5)
+        C._fetch(base + "/missing.txt", "missing.txt", BODY_SHA, tmp_path, timeout=5)
     assert not list(tmp_path.iterdir())
 
 
@@ -283,10 +284,10 @@ def test_download_html_page_is_rejected_not_cached(tmp_path, server, monkeypatch
     base, routes, hits = server
     routes["/input.txt"] = reply(b"<!DOCTYPE html><html><body>Sign in to the Wi-Fi</body></html>" * 20,
                                  ctype="text/html")
-    monkeypatch.setattr(D, "_SHAKESPEARE_URL", base + "/input.txt")  # the pinned hash stays
+    monkeypatch.setattr(C, "_SHAKESPEARE_URL", base + "/input.txt")  # the pinned hash stays
     for _ in range(2):  # nothing was cached, so the second call downloads (and rejects) again
         with pytest.raises(RuntimeError, match=r"SHA-256(.|\n)*HTML(.|\n)*deleted"):
-            D.tiny_shakespeare(root=tmp_path, timeout=5)
+            C.tiny_shakespeare(root=tmp_path, timeout=5)
         assert not list(tmp_path.iterdir())
     assert hits == ["/input.txt"] * 2
 
@@ -294,13 +295,13 @@ def test_download_html_page_is_rejected_not_cached(tmp_path, server, monkeypatch
 def test_download_cached_file_with_wrong_hash_is_downloaded_again(tmp_path, server, monkeypatch):
     base, routes, hits = server
     routes["/input.txt"] = reply()
-    monkeypatch.setattr(D, "_SHAKESPEARE_URL", base + "/input.txt")
-    monkeypatch.setitem(D._SHA256, "tinyshakespeare.txt", BODY_SHA)
+    monkeypatch.setattr(C, "_SHAKESPEARE_URL", base + "/input.txt")
+    monkeypatch.setitem(C._SHA256, "tinyshakespeare.txt", BODY_SHA)
     (tmp_path / "tinyshakespeare.txt").write_text("tampered " * 50)
-    corpus = D.tiny_shakespeare(root=tmp_path, timeout=5)
+    corpus = C.tiny_shakespeare(root=tmp_path, timeout=5)
     assert corpus.text.startswith("First Citizen:") and hits == ["/input.txt"]
     assert (tmp_path / "tinyshakespeare.txt").read_bytes() == BODY
-    D.tiny_shakespeare(root=tmp_path, timeout=5)
+    C.tiny_shakespeare(root=tmp_path, timeout=5)
     assert hits == ["/input.txt"]  # now it is good, and cached
 
 
@@ -319,7 +320,7 @@ def test_download_trickling_server_hits_the_deadline(tmp_path, server):
     routes["/slow.txt"] = trickle
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"timeout=1 s(.|\n)*partial download was deleted"):
-        D._fetch(base + "/slow.txt", "slow.txt", "0" * 64, tmp_path, timeout=1.0)
+        C._fetch(base + "/slow.txt", "slow.txt", "0" * 64, tmp_path, timeout=1.0)
     assert time.monotonic() - start < 3
     assert not list(tmp_path.iterdir())
 
@@ -331,7 +332,7 @@ def test_download_concurrently_both_succeed(tmp_path, server):
 
     def work():
         barrier.wait()
-        results.append(D._fetch(base + "/both.txt", "both.txt", BODY_SHA, tmp_path, timeout=5))
+        results.append(C._fetch(base + "/both.txt", "both.txt", BODY_SHA, tmp_path, timeout=5))
 
     threads = [threading.Thread(target=work) for _ in range(2)]
     for t in threads:
@@ -344,19 +345,19 @@ def test_download_concurrently_both_succeed(tmp_path, server):
 
 
 def test_download_checksums_and_arguments(tmp_path, monkeypatch):
-    monkeypatch.setattr(D.urllib.request, "urlopen", lambda *a, **k: pytest.fail("must not download"))
-    assert set(D._SHA256) == {"tinyshakespeare.txt", "wikitext-2-raw-v1.zip", "wikitext-103-raw-v1.zip"}
-    assert all(len(h) == 64 and int(h, 16) >= 0 for h in D._SHA256.values())
+    monkeypatch.setattr(C.urllib.request, "urlopen", lambda *a, **k: pytest.fail("must not download"))
+    assert set(C._SHA256) == {"tinyshakespeare.txt", "wikitext-2-raw-v1.zip", "wikitext-103-raw-v1.zip"}
+    assert all(len(h) == 64 and int(h, 16) >= 0 for h in C._SHA256.values())
     (tmp_path / "tinyshakespeare.txt").write_bytes(BODY)  # placed by hand, accepted with its explicit hash
-    assert D.tiny_shakespeare(root=tmp_path, sha256=BODY_SHA).text.startswith("First Citizen:")
+    assert C.tiny_shakespeare(root=tmp_path, sha256=BODY_SHA).text.startswith("First Citizen:")
     for bad in ("not-a-hash", "0" * 63, 123):
         with pytest.raises(ValueError, match="64 hexadecimal"):
-            D.tiny_shakespeare(root=tmp_path, sha256=bad)
+            C.tiny_shakespeare(root=tmp_path, sha256=bad)
     for bad in (0, -1.0, "300"):
         with pytest.raises(ValueError, match="timeout"):
-            D.tiny_shakespeare(root=tmp_path, sha256=BODY_SHA, timeout=bad)
+            C.tiny_shakespeare(root=tmp_path, sha256=BODY_SHA, timeout=bad)
     with pytest.raises(ValueError, match="'2' or '103'"):
-        D.wikitext("42", root=tmp_path)
+        C.wikitext("42", root=tmp_path)
     assert (tmp_path / "tinyshakespeare.txt").read_bytes() == BODY  # bad arguments touch nothing
 
 
@@ -368,7 +369,7 @@ def test_cache_dir_follows_environment(tmp_path, monkeypatch):
 
 
 def test_exported():
-    assert pe.MarkovChain is D.MarkovChain and pe.python_docs is D.python_docs
+    assert pe.MarkovChain is D.MarkovChain and pe.python_docs is C.python_docs
 
 
 def test_markov_optimal_nll():

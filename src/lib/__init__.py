@@ -170,17 +170,8 @@ from .model import (
     save_model,
     load_model,
 )
-from .data import (
-    IGNORE_INDEX,
-    CHARS,
-    MarkovChain,
-    FirstTokenRetrieval,
-    LaggedCopy,
-    CharCorpus,
-    python_docs,
-    tiny_shakespeare,
-    wikitext,
-)
+from .data import IGNORE_INDEX, MarkovChain, FirstTokenRetrieval, LaggedCopy
+from .corpora import CHARS, CharCorpus, python_docs, tiny_shakespeare, wikitext
 from .ruler import MultiKeyRetrieval, MultiValueRetrieval, VariableTracking
 from .recall import AssociativeRecall
 from .flipflop import FlipFlop
@@ -198,18 +189,15 @@ from .train import (
 )
 from .evaluate import LengthResult, evaluate_lengths, evaluation_batches
 from .sampling import POSITION_SAMPLINGS, pose_positions, randomized_positions, sample_positions
+from .spread import Spread, spread, separated, glue
 from .evidence import (
     SEED_ENV,
     seed_offset,
     seeds,
     evaluation_seed,
-    Spread,
-    spread,
     over_seeds,
     per_seed,
     train_seeds,
-    separated,
-    glue,
 )
 from .claims import Verdict, judge
 from .ledger import Claim, claim, entries_in_notebook

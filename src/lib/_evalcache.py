@@ -16,9 +16,12 @@ class and ``config``, every argument, the source of the whole ``posenc``
 package, the torch version, the device and the CPU kernel set. A model the
 key cannot describe (a forward hook, a replaced ``forward``, a setting of a
 kind it does not know) is evaluated and not cached. An entry is written
-atomically and checked when read; one that cannot be used is warned about
-and replaced. ``POSENC_EVAL_CACHE=0`` turns the cache off; delete the folder
-to measure everything anew.
+atomically with a digest of its result (:func:`digest`) and checked when
+read: one whose result no longer matches its digest (a damaged or edited
+file), or that cannot be used otherwise, is warned about and replaced; an
+entry without a digest (written by an earlier version) is checked as before.
+``POSENC_EVAL_CACHE=0`` turns the cache off; delete the folder to measure
+everything anew.
 """
 
 from __future__ import annotations
@@ -81,6 +84,16 @@ def _plain(value: Any) -> Any:
     if getattr(value, "shape", None) == () and hasattr(value, "item"):  # a NumPy scalar
         return _plain(value.item())
     raise _Uncacheable(type(value).__name__)
+
+
+def digest(value: Any) -> str:
+    """SHA-256 of ``value`` (numbers, strings, lists, dicts and tensors: every tensor's bytes, dtype and shape).
+
+    Stored beside a cached result and compared when it is read, so that an
+    entry whose numbers were changed after it was written is not trusted.
+    Raises :class:`_Uncacheable` for a value it cannot describe.
+    """
+    return hashlib.sha256(json.dumps(_plain(value), sort_keys=True).encode()).hexdigest()
 
 
 def _class(cls: type) -> list:
@@ -154,7 +167,12 @@ def _path(key: str) -> Path:
 
 
 def load(key: Optional[str], check: Callable[[Any], Any]) -> Optional[Any]:
-    """The stored result of ``key`` passed through ``check`` (which raises on a wrong one), or ``None``."""
+    """The stored result of ``key`` passed through ``check`` (which raises on a wrong one), or ``None``.
+
+    An entry whose result does not match its stored digest is warned about and
+    ``None`` returned (measured again); one without a digest (an earlier
+    version's) is passed to ``check`` as before.
+    """
     if key is None:
         return None
     try:
@@ -164,6 +182,8 @@ def load(key: Optional[str], check: Callable[[Any], Any]) -> Optional[Any]:
         saved = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(saved, dict) or saved.get("key") != key:
             raise ValueError("it holds another evaluation")
+        if "digest" in saved and saved["digest"] != digest(saved["result"]):
+            raise ValueError("its result does not match its digest (the file was changed or damaged)")
         return check(saved["result"])
     except Exception as err:  # truncated, garbled, of another shape: never trusted, measured again
         warnings.warn(f"the cached evaluation {key} cannot be used ({type(err).__name__}: {err}); "
@@ -172,11 +192,12 @@ def load(key: Optional[str], check: Callable[[Any], Any]) -> Optional[Any]:
 
 
 def save(key: Optional[str], result: Any) -> None:
-    """Store ``result`` under ``key`` atomically; a cache that cannot be written is warned about once."""
+    """Store ``result`` and its :func:`digest` under ``key`` atomically; a cache that cannot be written is warned
+    about once."""
     if key is None:
         return
     try:
-        _atomic_save(dict(key=key, result=result), _path(key))
+        _atomic_save(dict(key=key, result=result, digest=digest(result)), _path(key))
     except Exception as err:  # read-only folder, no home, full disk: no half-written file stays
         _warn_unwritable(f"{type(err).__name__}: {err}")
 

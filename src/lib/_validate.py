@@ -9,7 +9,7 @@ import numbers
 import operator
 import sys
 import types
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -241,3 +241,59 @@ def _align_positions(pos: torch.Tensor, batch: Sequence[int], length: int, what:
                          f"(batch, heads, seq, dim) or a 5-D {name} (2, batch, heads, seq, dim), or at most "
                          f"{len(batch) + 1} dims, each 1 or the size of {name}'s (positions never enlarge {name})")
     return aligned
+
+
+def _devices_here() -> List[str]:
+    """The devices this machine has: ``cpu``, then ``cuda:0``, ``cuda:1``, ... and ``mps`` where available."""
+    here = ["cpu"]
+    if torch.cuda.is_available():
+        here += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        here.append("mps")
+    return here
+
+
+def check_device_here(device: Any) -> torch.device:
+    """``device`` as a ``torch.device`` this machine has, else ``ValueError`` naming the devices it has.
+
+    Used by :func:`posenc.train`, :func:`posenc.evaluate_lengths` and
+    :func:`posenc.passkey_accuracy`: ``"cuda"`` without a GPU, ``"gpu"`` or
+    ``0`` would otherwise fail deep inside torch.
+    """
+    devices = _devices_here()
+    here = ", ".join(repr(name) for name in devices)
+    try:
+        checked = check_device(device)
+    except ValueError as err:
+        raise ValueError(f"{err}; this machine has {here}") from None
+    index = 0 if checked.index is None else checked.index
+    name = f"cuda:{index}" if checked.type == "cuda" else checked.type
+    if name not in devices:
+        raise ValueError(f"device {device!r} is not available: this machine has {here}")
+    return checked
+
+
+
+
+def checked_targets(targets: Any, shape: tuple, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """``targets`` as int64 token ids on ``device`` for a cross-entropy, else ``ValueError``.
+
+    They must be an integer tensor of ``shape`` ``(batch, seq)``, each id in
+    ``[0, vocab_size)`` or ``-100`` (ignored), and not all ``-100`` (no counted
+    target: the mean would be NaN).
+    """
+    if not isinstance(targets, torch.Tensor):
+        raise ValueError(f"targets must be a (batch, seq) tensor of token ids, got {type(targets).__name__}")
+    if targets.dtype == torch.bool or targets.is_floating_point() or targets.is_complex():
+        raise ValueError(f"targets must be integer token ids (e.g. torch.int64), got dtype {targets.dtype}")
+    if tuple(targets.shape) != shape:
+        raise ValueError(f"targets must have the shape of idx, (batch, seq) = {shape}, got {tuple(targets.shape)}")
+    targets = targets.to(device=device, dtype=torch.long)
+    counted = targets != -100
+    if bool((counted & ((targets < 0) | (targets >= vocab_size))).any()):
+        raise ValueError(f"targets must be token ids in [0, {vocab_size}) (vocab_size) or -100 (ignored), got "
+                         f"values from {int(targets.min())} to {int(targets.max())}")
+    if not bool(counted.any()):
+        raise ValueError("every target is -100 (ignored): there is no counted target to average the loss over")
+    return targets

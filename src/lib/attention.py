@@ -33,31 +33,16 @@ from typing import Any, Literal, Optional, Tuple, Union, overload
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_float_dtype as _float_dtype, check_int, check_layout, check_number
+from ._validate import check_float_dtype as _float_dtype, check_int, check_layout
 from ._validate import make_module_callable, one_of
 from ._flex import _FLEX, _flex_available, _path_flex
 from ._fused_alibi import _path_fold, _path_key_bias, key_bias_available
 from .autotune import choose_fastest, length_bucket
 from .entropy import attention_entropy, log_length_scale  # here too: they were first defined in this module
-from .masks import _LAYOUT, _as_tensor, _check_tensors, _finite, _flag, _layout_hint, causal_mask
+from .masks import _as_tensor, _check_qkv, _check_scale, _finite, _flag, _layout_hint, causal_mask
 
 __all__ = ["attention", "combine_bias_and_mask", "relative_attention", "ATTENTION_PATHS", "attention_entropy",
            "log_length_scale"]
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
-            and q.is_floating_point() and q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
-        _check_tensors(q=q, k=k, v=v)  # raises, saying what is wrong
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"q, k, v must be (batch, heads, seq, head_dim); got {q.shape}, {k.shape}, {v.shape}")
-    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3]:
-        raise ValueError(f"q, k, v must agree on batch and heads, and k, v on seq; got {q.shape}, {k.shape}, "
-                         f"{v.shape} ({_LAYOUT})")
-    if q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
-        raise ValueError(f"q and k must share a head_dim >= 1; got {q.shape[-1]} and {k.shape[-1]}")
-    if q.shape[2] > k.shape[2]:
-        raise ValueError(f"q_len ({q.shape[2]}) must be <= k_len ({k.shape[2]}): queries are the last key positions")
 
 
 def _bhsd(q: Any, k: Any, v: Any) -> Tuple[torch.Tensor, ...]:
@@ -96,7 +81,7 @@ def _softmax(scores: torch.Tensor) -> torch.Tensor:
 
 def _scaled(q: torch.Tensor, scale: Any) -> Tuple[torch.Tensor, float]:
     """``(q, scale)`` with ``scale > 0``, the same logits: SDPA's causal kernel gives NaN for ``scale <= 0``."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_number("scale", scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _check_scale(scale, q.dtype)
     return (q, scale) if scale > 0 else (-q, -scale) if scale < 0 else (q * 0.0, 1.0)
 
 
@@ -178,7 +163,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Option
     Raises:
         TypeError: for a ``q``, ``k`` or ``v`` that is not a tensor.
         ValueError: for other shapes, dtypes (integer, mixed) or devices than
-            described above, or a non-finite ``scale``.
+            described above, flags other than True or False, or a ``scale``
+            that is not finite or that ``q``'s dtype cannot hold (e.g. ``1e-300``
+            or ``1e300`` for float32: it would give NaN).
     """
     if check_layout(layout) == "bshd":  # to the library's order and back
         out = attention(*_bhsd(q, k, v), bias=bias, mask=mask, causal=causal, scale=scale,
@@ -564,7 +551,8 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
         TypeError: for a ``q``, ``k`` or ``v`` that is not a tensor.
         ValueError: for other shapes, dtypes (integer, mixed) or devices; slopes
             or a table whose head count is not ``q``'s; NaN or infinite slopes
-            (checked on the CPU) or ``scale``; a path that cannot take the inputs.
+            (checked on the CPU); a ``scale`` as in :func:`attention`; a path that
+            cannot take the inputs.
 
     >>> import posenc as pe
     >>> q = k = v = torch.randn(1, 8, 1024, 64)

@@ -3,7 +3,7 @@
 A tiny experiment can say a paper's claim holds, fails, or cannot tell, and
 which of these it may say depends on the test as much as on the numbers:
 
-* the seed ranges must separate (:class:`~posenc.evidence.Spread`), or the
+* the seed ranges must separate (:class:`~posenc.spread.Spread`), or the
   difference is seed noise;
 * the test must be able to fail for the right reason: a *control*, a model
   without the mechanism the claim is about, fails the same test (a task that
@@ -28,7 +28,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._validate import check_int, check_number
-from .evidence import Spread
+from .spread import Spread
 
 __all__ = ["Verdict", "judge"]
 
@@ -132,7 +132,7 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
 
     Args:
         claimed: the measurement of the model with the mechanism the claim is
-            about, a :class:`~posenc.evidence.Spread` over seeds; or a dict of
+            about, a :class:`~posenc.spread.Spread` over seeds; or a dict of
             them, one per condition of the test (``{"2L": ..., "8L": ...}``).
         against: what the claim says it beats: another model's spread (the
             comparison), or a number (a threshold: "holds within 0.02 nats");

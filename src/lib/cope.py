@@ -39,9 +39,10 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from ._validate import check_bool, check_int
+from ._validate import _float_tensor, _real_tensor, check_bool, check_int
 from ._per_sequence import per_sequence, split_by_sequence
 from .attention import _check_qkv, _scaled
+from .masks import _finite
 from .scheme import PositionScheme, register_scheme
 
 __all__ = ["cope_positions", "cope_position_logits", "cope_attention", "CoPE"]
@@ -77,20 +78,47 @@ def cope_positions(gates: torch.Tensor, n_positions: Optional[int] = None) -> to
     return positions
 
 
+def _check_embeddings(embeddings: torch.Tensor, q: torch.Tensor, least: int) -> None:
+    """``ValueError`` unless ``embeddings`` is a real ``(n_positions >= least, head_dim)`` tensor on ``q``'s
+    device, finite (checked on the CPU: a table learned on a GPU is not synchronised for it)."""
+    if not isinstance(embeddings, torch.Tensor) or embeddings.ndim != 2 or embeddings.shape[0] < least:
+        raise ValueError(f"embeddings must be (n_positions >= {least}, head_dim), got "
+                         f"{tuple(getattr(embeddings, 'shape', ())) or type(embeddings).__name__}")
+    if embeddings.shape[-1] != q.shape[-1]:
+        raise ValueError(f"embeddings must be (n_positions, head_dim={q.shape[-1]}), got {tuple(embeddings.shape)}")
+    if embeddings.dtype == torch.bool or embeddings.is_complex():
+        raise ValueError(f"embeddings must hold real numbers, got dtype {embeddings.dtype}")
+    if embeddings.device != q.device:
+        raise ValueError(f"embeddings are on {embeddings.device} but q on {q.device}")
+    _finite("embeddings", embeddings)
+
+
 def cope_position_logits(q: torch.Tensor, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """``q_i . e[p_ij]`` with ``e[p]`` interpolated linearly between integer positions, in the efficient form.
 
     Args:
-        q: ``(batch, heads, q_len, head_dim)``.
+        q: ``(batch, heads, q_len, head_dim)`` floating point.
         embeddings: ``(n_positions, head_dim)`` learned ``e[0] .. e[n_positions - 1]``.
-        positions: ``(batch, heads, q_len, k_len)`` in ``[0, n_positions - 1]``.
+        positions: ``(batch, heads, q_len, k_len)`` in ``[0, n_positions - 1]``
+            (integers or floats).
 
     Returns:
         ``(batch, heads, q_len, k_len)``: ``(1 - w) q_i . e[floor p] + w q_i . e[ceil p]``.
+
+    Raises:
+        TypeError: for a ``q`` that is not a tensor (or a NumPy array).
+        ValueError: for an integer ``q``; embeddings of another shape, dtype
+            (boolean, complex) or device, NaN or infinite; positions that are
+            boolean, complex, NaN or infinite, of another shape or device, or
+            outside ``[0, n_positions - 1]``.
     """
-    if not isinstance(embeddings, torch.Tensor) or embeddings.ndim != 2 or embeddings.shape[-1] != q.shape[-1]:
-        raise ValueError(f"embeddings must be (n_positions, head_dim={q.shape[-1]}), got "
-                         f"{tuple(getattr(embeddings, 'shape', ())) or type(embeddings).__name__}")
+    q = _float_tensor(q, "q")
+    if q.ndim < 2:
+        raise ValueError(f"q must be (batch, heads, q_len, head_dim), got {tuple(q.shape)}")
+    _check_embeddings(embeddings, q, least=1)
+    positions = _real_tensor(positions, "positions")
+    if positions.device != q.device:
+        raise ValueError(f"positions are on {positions.device} but q on {q.device}")
     if positions.shape[:-1] != q.shape[:-1]:
         raise ValueError(f"positions must be (batch, heads, q_len, k_len) for q {tuple(q.shape)}, got "
                          f"{tuple(positions.shape)}")
@@ -137,18 +165,22 @@ def cope_attention(
         precision is computed in float32 and cast back.
 
     Raises:
+        TypeError: for a ``q``, ``k`` or ``v`` that is not a tensor.
         ValueError: for ``q``, ``k``, ``v`` of other ranks, lengths, dtypes or
-            devices, or embeddings of another shape than ``(n_positions >= 2, head_dim)``.
+            devices, NaN or infinite ``q`` or ``k`` (they would count NaN
+            positions), embeddings of another shape than ``(n_positions >= 2,
+            head_dim)``, of another device, boolean, complex, NaN or infinite
+            (the finiteness of ``q``, ``k`` and the embeddings is checked on the
+            CPU only), or a flag other than True or False.
     """
     _check_qkv(q, k, v)
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"CoPE counts keys back from the query: q and k need one length, got {q.shape[2]} and "
                          f"{k.shape[2]}")
-    if not isinstance(embeddings, torch.Tensor) or embeddings.ndim != 2 or embeddings.shape[0] < 2:
-        raise ValueError(f"embeddings must be (n_positions >= 2, head_dim), got "
-                         f"{tuple(getattr(embeddings, 'shape', ())) or type(embeddings).__name__}")
-    if embeddings.shape[-1] != q.shape[-1]:
-        raise ValueError(f"embeddings must be (n_positions, head_dim={q.shape[-1]}), got {tuple(embeddings.shape)}")
+    _check_embeddings(embeddings, q, least=2)
+    _finite("q", q)
+    _finite("k", k)
+    return_weights = check_bool("return_weights", return_weights)
     if q.dtype in (torch.float16, torch.bfloat16):  # the counted positions need float32 (bfloat16: 0.25 at 64)
         out = cope_attention(q.float(), k.float(), v.float(), embeddings.float(), scale=scale, window=window,
                              return_weights=return_weights)
@@ -164,7 +196,7 @@ def cope_attention(
     logits = (scores + _position_logits(q, embeddings, positions)).masked_fill(~allowed, float("-inf"))
     weights = logits.softmax(-1)  # every row allows its diagonal (a window holds at least the query itself)
     out = weights @ v
-    return (out, weights) if check_bool("return_weights", return_weights) else out
+    return (out, weights) if return_weights else out
 
 
 @register_scheme("cope")
@@ -212,7 +244,7 @@ class CoPE(PositionScheme):
                sinks: int = 0, return_weights: bool = False, layer: int = 0, cache_positions: bool = False):
         """Layer ``layer``'s attention: :func:`cope_attention` with ``embeddings[layer]``."""
         self._require_bound()
-        if sinks or cache_positions:
+        if sinks or check_bool("cache_positions", cache_positions):
             raise ValueError("CoPE counts positions from the content: it does not combine with StreamingLLM's "
                              "kept first tokens (model.sinks)")
         return cope_attention(q, k, v, self.embeddings[layer], window=window, return_weights=return_weights)

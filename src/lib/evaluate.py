@@ -19,7 +19,7 @@ from . import _evalcache
 from .data import IGNORE_INDEX
 from .model import TinyLM
 from ._costs import accounted
-from ._validate import check_int, check_number
+from ._validate import check_bool, check_device_here, check_int, check_number
 from .sampling import _check_sampling, sample_positions
 
 __all__ = ["LengthResult", "evaluate_lengths", "evaluation_batches"]
@@ -121,10 +121,13 @@ def evaluate_lengths(
             are evaluated again (:mod:`posenc._evalcache`; ``POSENC_EVAL_CACHE=0``
             turns it off everywhere). Each length is stored as soon as it is
             measured, so an interrupt or an error keeps the lengths before it.
+        device: where the batches go; default: the device of the model's parameters.
 
     Raises:
         ValueError: before anything is measured, for a length beyond the
-            model's ``max_len`` (a learned table), naming every such length.
+            model's ``max_len`` (a learned table), naming every such length;
+            for a ``device`` this machine does not have (naming those it has);
+            for a ``cache`` that is not ``True`` or ``False``.
 
     Returns:
         ``{n: LengthResult}`` in the order of ``lengths``.
@@ -132,7 +135,7 @@ def evaluate_lengths(
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
     _check_data(data)
-    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__") or getattr(lengths, "ndim", 1) == 0:
         raise ValueError(f"lengths must be a sequence of positive integers, got {lengths!r}")
     lengths = list(dict.fromkeys(_positive("every length", n) for n in lengths))
     if not lengths:
@@ -154,9 +157,9 @@ def evaluate_lengths(
             raise ValueError(f"max_position {max_position} exceeds the model's max_len={limit} (the rows of its "
                              "learned position table)")
     seed = check_int("seed", seed, low=0)
+    cache = check_bool("cache", cache)
     ids_generator = torch.Generator().manual_seed(seed + 1)
-    if device is None:
-        device = next(model.parameters()).device
+    device = next(model.parameters()).device if device is None else check_device_here(device)
     # one cache entry per length, written as soon as it is measured: an interrupt or an error at one length
     # keeps the lengths before it. Randomized ids come from one generator across the lengths, so such a
     # length's entry also names the lengths before it.
@@ -220,14 +223,39 @@ def _passes(batches: int, batch_size: int, per_pass: int) -> Iterator[int]:
 
 
 def _length_result(saved: Any, n: int) -> LengthResult:
-    """A cached :func:`evaluate_lengths` result at length ``n``, checked (raises if it does not fit)."""
+    """A cached :func:`evaluate_lengths` result at length ``n``, checked (raises if it does not fit).
+
+    The loss must be a finite number >= 0 with ``ppl = exp(min(loss, 700))``
+    (to rounding), the accuracy in [0, 1], the tokens positive, and
+    ``position_loss`` ``(n,)`` floats, each finite or NaN (a position without
+    a counted target), never infinite.
+    """
     if not isinstance(saved, list) or len(saved) != 6 or saved[0] != n:
         raise ValueError("it holds another length")
     _, loss, ppl, accuracy, tokens, position_loss = saved
-    if not (isinstance(position_loss, torch.Tensor) and position_loss.shape == (n,) and 0 <= accuracy <= 1
-            and tokens > 0):
-        raise ValueError(f"its result at length {n} is malformed")
+    problem = _length_problem(loss, ppl, accuracy, tokens, position_loss, n)
+    if problem:
+        raise ValueError(f"its result at length {n} is malformed ({problem})")
     return LengthResult(int(n), float(loss), float(ppl), float(accuracy), int(tokens), position_loss.double())
+
+
+def _length_problem(loss: Any, ppl: Any, accuracy: Any, tokens: Any, position_loss: Any, n: int) -> str:
+    """What is wrong with a stored result at length ``n`` (``""``: nothing)."""
+    numbers = (loss, ppl, accuracy, tokens)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
+        return "loss, ppl, accuracy and tokens must be numbers"
+    if not (math.isfinite(loss) and loss >= 0):
+        return f"loss {loss!r} is not a finite number >= 0"
+    if not math.isclose(ppl, math.exp(min(loss, 700.0)), rel_tol=1e-9):
+        return f"ppl {ppl!r} is not exp(loss)"
+    if not (0 <= accuracy <= 1 and isinstance(tokens, int) and tokens > 0):
+        return f"accuracy {accuracy!r} or tokens {tokens!r} out of range"
+    if not (isinstance(position_loss, torch.Tensor) and position_loss.shape == (n,)
+            and position_loss.is_floating_point()):
+        return f"position_loss is not ({n},) floats"
+    if bool(torch.isinf(position_loss).any()):
+        return "position_loss has infinite entries"
+    return ""
 
 
 # ``import posenc.train as m`` gives this module; ``pe.train(...)`` calls the function

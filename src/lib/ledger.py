@@ -3,7 +3,7 @@
 A chapter that re-tests a paper's claim records it with :func:`claim`: the
 source (BibTeX keys of the book's bibliography), the claim in one sentence,
 the measured numbers as the page prints them (``mean (min–max)`` over seeds,
-:class:`~posenc.evidence.Spread`'s format), the verdict that
+:class:`~posenc.spread.Spread`'s format), the verdict that
 :func:`~posenc.judge` computed, and the anchor of the section that tests it.
 
 :func:`claim` hands the verdict to the page's prose (``{glue:text}`claim-<key>```,
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 
 from .claims import OUTCOMES, Verdict
-from .evidence import Spread, _myst_glue
+from .spread import Spread, _myst_glue
 
 __all__ = ["Claim", "claim", "entries_in_notebook"]
 
@@ -78,7 +78,7 @@ def claim(key: str, *, source: Union[str, Sequence[str]], claim: str, measured: 
         source: the BibTeX key of the paper in ``book/references.bib``, or a list of keys.
         claim: the claim in one sentence, as the paper makes it.
         measured: the numbers of the test, as the page prints them (a
-            :class:`~posenc.evidence.Spread` is written ``mean (min–max)`` with 3 decimals).
+            :class:`~posenc.spread.Spread` is written ``mean (min–max)`` with 3 decimals).
         verdict: the verdict of :func:`~posenc.judge` (a :class:`~posenc.Verdict`),
             or one of the five outcomes as a string.
         section: the anchor of the section that tests the claim: a MyST heading's

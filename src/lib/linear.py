@@ -97,8 +97,11 @@ def relu_feature(x: torch.Tensor) -> torch.Tensor:
 
     With it the denominator ``phi(q_i) . z_i`` of normalised linear attention
     can be zero or arbitrarily small, the situation of Qin et al. (2022, Prop. 3.1).
+
+    Raises ``ValueError`` for an integer or boolean tensor, as :func:`elu_plus_one`
+    (``TypeError`` for an object that is neither a tensor nor a NumPy array).
     """
-    return F.relu(x)
+    return F.relu(_float_tensor(x, "x"))
 
 
 #: Named feature maps accepted wherever a ``feature`` argument is taken.

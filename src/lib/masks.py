@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from ._validate import check_device as _device, check_int
+from ._validate import check_device as _device, check_int, check_number
 
 __all__ = ["check_lengths", "relative_positions", "causal_mask", "sliding_window_mask"]
 
@@ -31,11 +31,16 @@ def _layout_hint(q: torch.Tensor, size: int, dim: int = 2) -> str:
     return f" ({_LAYOUT})" if q.ndim == 4 and size == q.shape[dim] != q.shape[1 if dim == 2 else 2] else ""
 
 
+class _FlagError(ValueError, TypeError):
+    """A flag that is not True or False: a ``ValueError``, as every wrong argument of the library, and still
+    the ``TypeError`` these flags raised before (code that catches that keeps working)."""
+
+
 def _flag(name: str, value: Any) -> bool:
-    """A bool (or 0 / 1), else ``TypeError``."""
+    """A bool (or 0 / 1), else ``ValueError`` (a :class:`_FlagError`, also a ``TypeError``)."""
     if isinstance(value, bool) or type(value).__name__ == "bool_" or type(value) is int and value in (0, 1):
         return bool(value)
-    raise TypeError(f"{name} must be True or False, got {value!r}")
+    raise _FlagError(f"{name} must be True or False, got {value!r}")
 
 
 def _as_tensor(name: str, value: Any, device: Optional[torch.device] = None, values: bool = False,
@@ -84,6 +89,34 @@ def _check_tensors(**named: Any) -> None:
     if any(t.dtype != first.dtype or t.device != first.device for t in named.values()):
         got = ", ".join(f"{n}: {t.dtype} on {t.device}" for n, t in named.items())
         raise ValueError(f"{', '.join(named)} must share one dtype and device; got {got}")
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Softmax attention's ``q``, ``k``, ``v``: ``TypeError`` for an object that is not a tensor, else ``ValueError``
+    unless they are floating-point ``(batch, heads, seq, head_dim)`` of one dtype and device, ``q_len <= k_len``."""
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+            and q.is_floating_point() and q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
+        _check_tensors(q=q, k=k, v=v)  # raises, saying what is wrong
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"q, k, v must be (batch, heads, seq, head_dim); got {q.shape}, {k.shape}, {v.shape}")
+    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"q, k, v must agree on batch and heads, and k, v on seq; got {q.shape}, {k.shape}, "
+                         f"{v.shape} ({_LAYOUT})")
+    if q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
+        raise ValueError(f"q and k must share a head_dim >= 1; got {q.shape[-1]} and {k.shape[-1]}")
+    if q.shape[2] > k.shape[2]:
+        raise ValueError(f"q_len ({q.shape[2]}) must be <= k_len ({k.shape[2]}): queries are the last key positions")
+
+
+def _check_scale(scale: Any, dtype: torch.dtype) -> float:
+    """``scale`` as a float: finite, and 0 or of a magnitude that ``dtype``'s attention holds (it computes in
+    float32 for half precision), else ``ValueError``: a scale that rounds to 0 or to infinity there gives NaN."""
+    scale = check_number("scale", scale)
+    info = torch.finfo(torch.promote_types(dtype, torch.float32))
+    if scale != 0 and not info.tiny <= abs(scale) <= info.max:
+        raise ValueError(f"scale must be 0 or of magnitude in [{info.tiny:.3g}, {info.max:.3g}] (the range of "
+                         f"{info.dtype}, in which {dtype} attention computes), got {scale!r}")
+    return scale
 
 
 def check_lengths(q_len: int, k_len: Optional[int] = None) -> int:

@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_int, check_number, one_of
+from ._validate import check_bool, check_int, check_number, checked_targets, one_of
 from .extend import RopeScaling, rope_scaling
 from .decay import _decay_value
 from ._blocks import FFNS, Block
@@ -577,8 +577,8 @@ class TinyLM(nn.Module):
                 the fused per-distance path); a window counts tokens. Used by
                 randomized positions and PoSE (:func:`posenc.train`'s
                 ``position_sampling``).
-            return_attention: also return every layer's attention weights
-                (computed explicitly, slower).
+            return_attention: ``True``: also return every layer's attention weights
+                (computed explicitly, slower); not ``True`` or ``False``: ``ValueError``.
 
         Returns:
             ``(batch, seq, vocab_size)`` logits; position ``t`` predicts token
@@ -591,6 +591,7 @@ class TinyLM(nn.Module):
             probabilities; stick-breaking layers: the weights with the
             remainder on the diagonal).
         """
+        return_attention = check_bool("return_attention", return_attention)
         self._require_values()
         if isinstance(idx, torch.Tensor) and not idx.is_meta and idx.device != self.tok.weight.device:
             idx = idx.to(self.tok.weight.device)  # ids follow the model: a batch drawn on the CPU, a model on the GPU
@@ -618,6 +619,11 @@ class TinyLM(nn.Module):
         return inputs
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor, *, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Mean cross-entropy (nats) over targets that are not ``-100`` (ignored); ``positions`` as in :meth:`forward`."""
+        """Mean cross-entropy (nats) over targets that are not ``-100`` (ignored); ``positions`` as in :meth:`forward`.
+
+        ``ValueError`` unless ``targets`` are integer ids of ``idx``'s shape, each in ``[0, vocab_size)`` or
+        ``-100``, and not all ``-100`` (:func:`posenc._validate.checked_targets`).
+        """
         logits = self(idx, positions=positions)
+        targets = checked_targets(targets, tuple(logits.shape[:2]), self.vocab_size, logits.device)
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)

@@ -35,7 +35,7 @@ import torch
 
 from . import _evalcache
 from ._costs import accounted
-from ._validate import check_int, check_number
+from ._validate import check_bool, check_device_here, check_int, check_number
 from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
 
 __all__ = ["PasskeyRetrieval", "passkey_sequences", "passkey_accuracy", "effective_length"]
@@ -189,16 +189,28 @@ def passkey_accuracy(
     Returns:
         ``(len(lengths), len(depths))`` float64 tensor of accuracies in ``[0, 1]``
         (rows: lengths, columns: depths), ready for a heat map.
+
+    Raises:
+        ValueError: for a ``model`` that cannot be called (a
+            :class:`posenc.TrainResult`: pass ``result.model``), ``lengths`` or
+            ``depths`` that are not non-empty sequences of valid values, a
+            ``device`` this machine does not have (naming those it has), or a
+            ``cache`` that is not ``True`` or ``False``.
     """
+    _check_model(model)
     _check_task(data)
-    lengths, depths = list(lengths), [_check_depth(d) for d in depths]
+    lengths, depths = _sequence("lengths", lengths), _sequence("depths", depths)
+    depths = [_check_depth(d) for d in depths]
     if not lengths or not depths or any(d is None for d in depths):
         raise ValueError("lengths and depths must be non-empty sequences (depths of numbers in [0, 1])")
     samples, batch_size = check_int("samples", samples), check_int("batch_size", batch_size)
     seed = check_int("seed", seed, low=0)
     lengths = [check_int("every length", n, low=data.min_len) for n in lengths]
+    cache = check_bool("cache", cache)
     if device is None:
         device = next((p.device for p in getattr(model, "parameters", lambda: iter(()))()), torch.device("cpu"))
+    else:
+        device = check_device_here(device)
     key = _evalcache.evaluation_key("passkey_accuracy", model, data, device, lengths=lengths, depths=depths,
                                     samples=samples, seed=seed, batch_size=batch_size) if cache else None
     shape = (len(lengths), len(depths))
@@ -223,6 +235,23 @@ def passkey_accuracy(
         model.train(was_training)
     _evalcache.save(key, out)
     return out
+
+
+def _check_model(model: Any) -> None:
+    """``ValueError`` unless ``model`` can be called on token ids (a TrainResult is told to pass its ``model``)."""
+    if callable(model):
+        return
+    hint = ": pass result.model" if callable(getattr(model, "model", None)) else ""
+    raise ValueError(f"model must map (batch, seq) token ids to (batch, seq, vocab) logits (a posenc.TinyLM), "
+                     f"got {type(model).__name__}{hint}")
+
+
+def _sequence(name: str, values: Any) -> list:
+    """``values`` as a list, else ``ValueError`` (a single number, a string)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or getattr(values, "ndim", 1) == 0:
+        what = "context lengths (integers)" if name == "lengths" else "key depths (numbers in [0, 1])"
+        raise ValueError(f"{name} must be a sequence of {what}, got {values!r} (for one value: [{values!r}])")
+    return list(values)
 
 
 def _accuracy_grid(saved: Any, shape: tuple) -> torch.Tensor:

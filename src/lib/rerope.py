@@ -28,9 +28,10 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._validate import _float_tensor, check_bool, check_int, check_number
+from ._validate import check_bool, check_int
 from ._rotation import _rotate
-from .rotary import _cos_sin_tables, rope_frequencies
+from .masks import _check_qkv, _check_scale
+from .rotary import _cos_sin_tables, _freqs
 
 __all__ = ["rerope_positions", "self_extend_positions", "rerope_attention", "self_extend_attention",
            "streaming_attention"]
@@ -90,24 +91,19 @@ def _rotate_part(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tenso
 
 def _two_pass(q, k, v, window, q_far, k_far, *, base, interleaved, inv_freq, rotary_dim, scale, mask_window,
               sinks, return_weights, chunk=256):
-    """Logits with RoPE at the true positions where ``i - j < window``, at ``q_far``/``k_far`` elsewhere."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if _float_tensor(t, name).ndim != 4:
-            raise ValueError(f"{name} must be (batch, heads, seq, head_dim), got {tuple(t.shape)}")
-    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q, k, v must agree on batch, heads and (q, k) head_dim, and k, v on seq; got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    """Logits with RoPE at the true positions where ``i - j < window``, at ``q_far``/``k_far`` elsewhere.
+
+    ``q``, ``k``, ``v``: checked by the caller (``_check_qkv``); ``inv_freq``: real and finite, as
+    :func:`posenc.apply_rope` takes it (``None``: RoPE's frequencies of ``base``)."""
     dim = q.shape[-1]
     rotary_dim = dim if rotary_dim is None else check_int("rotary_dim", rotary_dim, low=2)
     if rotary_dim > dim or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be even and <= head_dim {dim}, got {rotary_dim}")
-    inv_freq = rope_frequencies(rotary_dim, base) if inv_freq is None else torch.as_tensor(inv_freq,
-                                                                                           dtype=torch.float64)
-    if inv_freq.shape != (rotary_dim // 2,):
-        raise ValueError(f"inv_freq must have shape ({rotary_dim // 2},), got {tuple(inv_freq.shape)}")
+    inv_freq = _freqs(rotary_dim, base, inv_freq)
     sinks = check_int("sinks", sinks, low=0)
+    return_weights = check_bool("return_weights", return_weights)
     q_pos, k_pos = _query_key_positions(q.shape[2], k.shape[2])
-    scale = 1.0 / math.sqrt(dim) if scale is None else check_number("scale", scale)
+    scale = 1.0 / math.sqrt(dim) if scale is None else _check_scale(scale, q.dtype)
     rot = dict(inv_freq=inv_freq, interleaved=check_bool("interleaved", interleaved), rotary_dim=rotary_dim)
     q_near, k_near = _rotate_part(q, q_pos, **rot), _rotate_part(k, k_pos, **rot)
     q_far, k_far = _rotate_part(q, q_far, **rot), _rotate_part(k, k_far, **rot)
@@ -238,7 +234,15 @@ def rerope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
 
     Returns:
         ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
+
+    Raises:
+        TypeError: for a ``q``, ``k`` or ``v`` that is not a tensor.
+        ValueError: for other shapes, dtypes (integer, mixed) or devices (as
+            :func:`posenc.attention`); an ``inv_freq`` that is not ``(rotary_dim
+            // 2,)`` finite real numbers; flags other than True or False; other
+            wrong arguments.
     """
+    _check_qkv(q, k, v)
     window = check_int("window", window)
     q_pos, k_pos = _query_key_positions(q.shape[-2], k.shape[-2])
     return _two_pass(q, k, v, window, torch.full_like(q_pos, window), torch.zeros_like(k_pos), base=base,
@@ -260,6 +264,7 @@ def self_extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gro
     the mask; arguments and returns as in :func:`rerope_attention`, plus the
     group size ``group`` (``G >= 1``; 1 is plain RoPE).
     """
+    _check_qkv(q, k, v)
     group = check_int("group", group)
     window = check_int("window", window)
     q_pos, k_pos = _query_key_positions(q.shape[-2], k.shape[-2])
@@ -291,8 +296,10 @@ def streaming_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windo
         base, interleaved, inv_freq, rotary_dim, scale, return_weights: as in :func:`rerope_attention`.
 
     Returns:
-        ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``.
+        ``(batch, heads, q_len, v_dim)``, or ``(output, weights)``. Raises as
+        :func:`rerope_attention`.
     """
+    _check_qkv(q, k, v)
     window = check_int("window", window)
     sinks = check_int("sinks", sinks, low=0)
     q_pos, k_pos = _query_key_positions(q.shape[-2], k.shape[-2])

@@ -164,7 +164,7 @@ class RoPE(PositionScheme):
         """
         self._require_bound(self._rotary)
         s = self._scaling
-        if cache_positions:
+        if check_bool("cache_positions", cache_positions):
             if s is not None and s.two_pass:
                 raise ValueError(f"sinks at cache positions re-index positions themselves; they do not combine "
                                  f"with rope scaling {s.method!r}")

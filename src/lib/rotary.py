@@ -192,8 +192,8 @@ def rope_cos_sin(
         ``(cos, sin)``, each ``(..., dim)`` in ``dtype`` (floating point) on ``device``.
     """
     pos = _real_tensor(positions, "positions")
-    return _cos_sin_tables(pos, _freqs(dim, base, inv_freq), interleaved, _float_dtype(dtype),
-                           _device(device, pos.device))
+    return _cos_sin_tables(pos, _freqs(dim, base, inv_freq), check_bool("interleaved", interleaved),
+                           _float_dtype(dtype), _device(device, pos.device))
 
 
 def apply_rope(
@@ -263,6 +263,7 @@ def rope_rotation_matrix(
         ``(dim, dim)`` float64 orthogonal matrix.
     """
     angles = rope_angles(torch.tensor(check_number("position", position), dtype=torch.float64), dim, base)  # (d/2,)
+    interleaved = check_bool("interleaved", interleaved)
     c, s = angles.cos(), angles.sin()
     half = dim // 2
     first = torch.arange(0, dim, 2) if interleaved else torch.arange(half)
@@ -278,16 +279,28 @@ def rope_rotation_matrix(
 def interleaved_to_half_split(x: torch.Tensor) -> torch.Tensor:
     """Permute channels ``[a0, b0, a1, b1, ...]`` to ``[a0, a1, ..., b0, b1, ...]``.
 
-    Applied to the query/key projection weights (along the output channels) of
-    a checkpoint trained with interleaved RoPE, it gives weights that produce
-    the same attention scores under half-split RoPE.
+    The last dimension holds the channels of one head. To convert a checkpoint
+    trained with interleaved RoPE, apply it per head to the output channels of
+    the query and key projection weights: view a weight of shape
+    ``(H * d_head, d_in)`` as ``(H, d_head, d_in)`` and permute the ``d_head``
+    axis (permuting all ``H * d_head`` rows at once would mix the heads). The
+    converted weights produce the same attention scores under half-split RoPE.
+
+    >>> W = torch.arange(8.0)[:, None]           # (H * d_head, d_in): 2 heads of 4 channels, d_in = 1
+    >>> per_head = interleaved_to_half_split(W.view(2, 4, 1).transpose(1, 2))
+    >>> per_head.transpose(1, 2).reshape(8, 1).flatten().tolist()
+    [0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0]
     """
     x = _channels(x)
     return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
 
 
 def half_split_to_interleaved(x: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`interleaved_to_half_split`."""
+    """Inverse of :func:`interleaved_to_half_split`: ``[a0, a1, ..., b0, b1, ...]`` to ``[a0, b0, a1, b1, ...]``.
+
+    Like it, it permutes the channels of one head: convert a checkpoint's query
+    and key weights per head, on each weight viewed as ``(H, d_head, d_in)``.
+    """
     first, second = _channels(x).chunk(2, dim=-1)
     return torch.stack((first, second), dim=-1).flatten(-2)
 
@@ -408,6 +421,7 @@ def rope_frequencies_yarn(
     base, s = _check_base(base), _check_scale(scale)
     original_max_len = check_int("original_max_len", original_max_len)
     beta_fast, beta_slow = check_number("beta_fast", beta_fast, 0), check_number("beta_slow", beta_slow, 0)
+    truncate = check_bool("truncate", truncate)
     if not beta_slow < beta_fast:
         raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
     theta = rope_frequencies(dim, base)
@@ -464,6 +478,7 @@ def rope_decay_bound(
         ``(...,)`` float64 tensor.
     """
     distances = _real_tensor(distances, "distances").detach().cpu().to(torch.float64)
+    normalize = check_bool("normalize", normalize)
     angles = _angles(distances, _freqs(dim, base, inv_freq))  # (..., d/2)
     partial_sums = torch.polar(torch.ones_like(angles), angles).cumsum(dim=-1)  # S_1 .. S_{d/2}
     bound = partial_sums.abs().mean(dim=-1)

@@ -37,7 +37,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_int
+from ._validate import check_bool, check_int
 from .attention import _check_qkv, _distance_values, _empty, _relative_inputs, _scaled, _softmax, relative_attention
 from .masks import sliding_window_mask
 
@@ -82,9 +82,10 @@ def sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window:
     if window is None:
         raise ValueError("sink_attention needs a window >= 1 (without one every key is visible anyway)")
     sinks = check_int("sinks", sinks, low=0)
+    return_weights = check_bool("return_weights", return_weights)
     q, scale = _scaled(q, scale)
     if q.numel() == 0:  # no query
-        return _empty(q, k, v, bool(return_weights))
+        return _empty(q, k, v, return_weights)
     q_len, k_len = q.shape[2], k.shape[2]
     offset = k_len - q_len
     biased = slopes is not None or distance_bias is not None

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ._validate import _align_positions, _float_tensor, _real_tensor
-from ._validate import check_even_dim, check_int, check_number
+from ._validate import check_bool, check_even_dim, check_int, check_number
 from ._validate import check_float_dtype as _float_dtype
 from .scheme import PositionScheme, _kept, register_scheme
 
@@ -59,11 +59,23 @@ def sinusoidal_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
     return torch.as_tensor(base, dtype=torch.float64) ** -exponent
 
 
+def _is_count(positions: Any) -> bool:
+    """An integer count ``n`` (Python, NumPy, or a 0-d integer tensor or array, as ``check_int`` reads them)
+    rather than a tensor of positions; a 0-d floating tensor is one position."""
+    if isinstance(positions, torch.Tensor):
+        return positions.ndim == 0 and not (positions.dtype == torch.bool or positions.is_floating_point()
+                                            or positions.is_complex())
+    if isinstance(positions, np.ndarray):
+        return positions.ndim == 0 and positions.dtype.kind in "iu"
+    return isinstance(positions, numbers.Integral) and not isinstance(positions, (bool, np.bool_))
+
+
 def _as_positions(positions: Positions, name: str = "n_positions") -> torch.Tensor:
-    if isinstance(positions, numbers.Integral) and not isinstance(positions, (bool, np.bool_)):
-        if positions < 1:
+    if _is_count(positions):
+        count = int(positions)
+        if count < 1:
             raise ValueError(f"{name} must be >= 1, got {positions}")
-        return torch.arange(int(positions), dtype=torch.float64)
+        return torch.arange(count, dtype=torch.float64)
     if positions is None or isinstance(positions, (str, bool, np.bool_, numbers.Number)):
         raise ValueError(f"{name} must be an integer count n (for 0 .. n-1) or a tensor of values, got {positions!r}")
     return _real_tensor(positions, "positions" if name == "n_positions" else name).to(torch.float64)
@@ -79,8 +91,10 @@ def sinusoidal_embedding(
     """Vaswani's sinusoidal table: sin on even channels, cos on odd channels.
 
     Args:
-        n_positions: number of positions ``n`` (rows ``0 .. n-1``) or a tensor of
-            (possibly fractional or negative) positions of any shape ``(...)``.
+        n_positions: number of positions ``n`` (rows ``0 .. n-1``): a Python or
+            NumPy integer, or a 0-d integer tensor (``torch.tensor(5)`` is ``5``);
+            or a tensor of (possibly fractional or negative) positions of any
+            shape ``(...)`` (a 0-d floating tensor is one position).
         dim: model dimension ``d`` (even).
         base: the wavelength scale (10000 in the paper).
         dtype: floating-point dtype of the result; angles are computed in float64.
@@ -109,7 +123,7 @@ def sinusoidal_similarity(
     is even in ``m - n``, and oscillates while decaying on average.
 
     Args:
-        distances: an int ``n`` (offsets ``0 .. n-1``) or a tensor of offsets.
+        distances: an int ``n`` (offsets ``0 .. n-1``; a 0-d integer tensor too) or a tensor of offsets.
         normalized: divide by ``dim / 2`` so that offset 0 gives 1.
 
     Returns:
@@ -117,6 +131,7 @@ def sinusoidal_similarity(
     """
     _check_dim(dim, "sinusoidal_similarity")
     rel = _as_positions(distances, "distances")
+    normalized = check_bool("normalized", normalized)
     sim = torch.cos(rel[..., None] * sinusoidal_frequencies(dim, base)).sum(-1)
     return sim / (dim // 2) if normalized else sim
 
@@ -127,8 +142,10 @@ def sinusoidal_similarity(
 # ---------------------------------------------------------------------------
 
 
-def _check_length(train_length: int) -> None:
-    train_length = check_int("train_length", train_length)
+def _check_length(train_length: int) -> int:
+    return check_int("train_length", train_length)
+
+
 def sinusoidal_wavelengths(dim: int, base: float = 10000.0) -> torch.Tensor:
     """Wavelength (in positions) of each sin/cos channel pair: ``2 pi / theta_i``.
 
@@ -189,7 +206,7 @@ def sinusoidal_period_coverage(train_length: int, dim: int, base: float = 10000.
     Returns:
         ``(dim // 2,)`` float64 tensor in ``[0, 1]``.
     """
-    _check_length(train_length)
+    train_length = _check_length(train_length)
     turned = (train_length - 1) * sinusoidal_frequencies(dim, base)
     return (turned / (2 * math.pi)).clamp(max=1.0)
 
@@ -211,8 +228,8 @@ def sinusoidal_nearest_distance(
     for ``n != m``).
 
     Args:
-        positions: an int ``N`` (positions ``0 .. N-1``) or a tensor of positions ``(...)``.
-        train_length: ``L``, the number of training positions.
+        positions: an int ``N`` (positions ``0 .. N-1``; a 0-d integer tensor too) or a tensor of positions ``(...)``.
+        train_length: ``L``, the number of training positions (an integer, a 0-d integer tensor too).
         dim: even model dimension ``d``.
         return_index: also return the index ``m`` of the nearest training encoding.
         chunk: positions processed at once (bounds memory to ``chunk * L`` floats).
@@ -222,8 +239,8 @@ def sinusoidal_nearest_distance(
         ``int64`` indices of the nearest training positions.
     """
     _check_dim(dim, "sinusoidal_nearest_distance")
-    _check_length(train_length)
-    chunk = check_int("chunk", chunk)
+    train_length = _check_length(train_length)
+    chunk, return_index = check_int("chunk", chunk), check_bool("return_index", return_index)
     pos = _as_positions(positions, "positions")
     flat = pos.reshape(-1)
     train = sinusoidal_embedding(train_length, dim, base, dtype=torch.float64)  # (L, d)

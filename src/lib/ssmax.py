@@ -34,6 +34,7 @@ from typing import Optional
 import torch
 
 from ._validate import check_int
+from .masks import _finite
 
 __all__ = ["keys_seen", "log_n_factors", "ssmax_factors", "scalable_softmax"]
 
@@ -78,12 +79,39 @@ def ssmax_factors(seq_len: int, s: torch.Tensor, *, window: Optional[int] = None
     Returns:
         ``(heads, seq_len, 1)`` in ``s``'s dtype and device; 0 for the first
         query (``log 1 = 0``: it sees one key, whose weight is 1 anyway).
+
+    Raises:
+        ValueError: for an ``s`` that is not a ``(heads,)`` floating tensor, or
+            holds NaN or infinity (checked on the CPU only: a GPU would wait).
     """
     if not isinstance(s, torch.Tensor) or s.ndim != 1 or not s.is_floating_point():
         raise ValueError(f"s must be a (heads,) floating tensor of scaling parameters, got "
                          f"{tuple(getattr(s, 'shape', ())) if isinstance(s, torch.Tensor) else type(s).__name__}")
+    _finite("s", s)
     log_n = keys_seen(seq_len, window, device=s.device).log().to(s.dtype)
     return s[:, None, None] * log_n[:, None]
+
+
+def _check_s(s: torch.Tensor, scores: torch.Tensor) -> None:
+    """``ValueError`` unless ``s`` is a real, finite scalar tensor or one factor per head of ``scores``."""
+    got = f"{s.dtype} of shape {tuple(s.shape)}" if isinstance(s, torch.Tensor) else type(s).__name__
+    if not isinstance(s, torch.Tensor) or s.ndim > 1 or s.dtype == torch.bool or s.is_complex():
+        raise ValueError(f"s must be a real scalar tensor or a (heads,) tensor of scaling parameters, got {got}")
+    if s.ndim == 1 and (scores.ndim < 3 or s.shape[0] not in (1, scores.shape[-3])):
+        raise ValueError(f"s of shape {tuple(s.shape)} holds one factor per head: scores must be (..., heads, q_len, "
+                         f"k_len) with heads = {s.shape[0]}, got {tuple(scores.shape)} (or pass a scalar s)")
+    _finite("s", s)
+
+
+def _check_dim(dim: int, ndim: int) -> int:
+    """``dim`` as an index of one of ``ndim`` dimensions (negative from the end), else ``ValueError``."""
+    try:
+        index = check_int("dim", dim, low=-ndim)
+    except ValueError:
+        index = None
+    if index is None or index >= ndim:
+        raise ValueError(f"dim must be an integer in [{-ndim}, {ndim - 1}] (a dimension of scores), got {dim!r}")
+    return index
 
 
 def scalable_softmax(scores: torch.Tensor, s: torch.Tensor, *, dim: int = -1) -> torch.Tensor:
@@ -102,14 +130,24 @@ def scalable_softmax(scores: torch.Tensor, s: torch.Tensor, *, dim: int = -1) ->
     Returns:
         Weights of ``scores``' shape; each row sums to 1.
 
+    Raises:
+        ValueError: for ``scores`` that are not a floating tensor; an ``s`` that
+            is not a real scalar or ``(heads,)`` tensor (one factor, or one per
+            head of ``scores``' third dimension from the end), or holds NaN or
+            infinity (checked on the CPU only); a ``dim`` that is not one of
+            ``scores``' dimensions; NaN or ``+inf`` scores, or a row without a
+            finite entry.
+
     >>> z = torch.tensor([[2.0, 0.0, 0.0, 0.0]])
     >>> bool(scalable_softmax(z, torch.tensor(1.0))[0, 0] > torch.softmax(z, -1)[0, 0])  # sharper: 4 keys
     True
     """
     if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
         raise ValueError(f"scores must be a floating tensor of logits, got {type(scores).__name__}")
-    if not isinstance(s, torch.Tensor) or s.ndim > 1:
-        raise ValueError("s must be a scalar tensor or a (heads,) tensor of scaling parameters")
+    _check_s(s, scores)
+    dim = _check_dim(dim, scores.ndim)
+    if bool((scores.isnan() | (scores == float("inf"))).any()):
+        raise ValueError("scores must be finite logits, or -inf where a query may not attend; got NaN or +inf")
     visible = (scores != float("-inf")).sum(dim=dim, keepdim=True)
     if bool((visible == 0).any()):
         raise ValueError("every row of scores needs a key it may attend to (a finite entry)")

@@ -16,9 +16,13 @@
 
 The run cache lives in ``$POSENC_CACHE/runs`` if that variable is set, else in
 ``~/.cache/posenc/runs``; delete it to retrain. An entry is written
-atomically (a temporary file renamed into place) and checked when read: a
-truncated, garbled or mismatched entry is reported, retrained and replaced,
-and a cache that cannot be written costs a warning, never the trained model.
+atomically (a temporary file renamed into place), with a digest of its
+weights and histories, and checked when read: a truncated, garbled or
+mismatched entry, or one whose contents no longer match its digest, is
+reported, retrained and replaced (an entry without a digest, written by an
+earlier version, loads as before), and a cache that cannot be written costs a
+warning, never the trained model. A run whose loss or weights become NaN or
+infinite raises ``ValueError`` and is not cached.
 """
 
 from __future__ import annotations
@@ -41,10 +45,10 @@ import torch
 import torch.nn.functional as F
 
 from ._costs import accounted
-from ._evalcache import scheme_classes, without_modules
+from ._evalcache import digest, scheme_classes, without_modules
 from .data import IGNORE_INDEX
 from .model import TinyLM
-from ._validate import check_int, check_number, make_module_callable
+from ._validate import check_bool, check_device_here, check_int, check_number, make_module_callable
 from .evaluate import LengthResult, _check_data, _positive, evaluate_lengths, evaluation_batches  # noqa: F401
 from .sampling import _check_sampling, sample_positions
 from .scheme import retunable_options
@@ -203,8 +207,17 @@ def _training_window(window: Any, seq_len: int) -> Any:
     return window if window is not None and window < seq_len else None
 
 
+def _run_digest(state: Dict[str, torch.Tensor], losses: List[float], grad_norms: List[float]) -> str:
+    """SHA-256 of a run's weights (each tensor's name, dtype, shape and bytes) and its loss and gradient-norm
+    histories: stored in the cache entry, compared when it is read."""
+    return digest(dict(state_dict=state, losses=losses, grad_norms=grad_norms))
+
+
 def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.device) -> Optional[Dict[str, Any]]:
-    """The cached run at ``path`` loaded into ``model``, or None (absent, or unusable: warned, to be retrained)."""
+    """The cached run at ``path`` loaded into ``model``, or None (absent, or unusable: warned, to be retrained).
+
+    An entry with a digest must match it; one without (an earlier version's) is loaded as before.
+    """
     try:
         if path.is_dir():
             raise ValueError("it is a folder")
@@ -219,6 +232,9 @@ def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.d
         steps = config["train"]["steps"]
         if len(losses) != steps or len(norms) != steps:
             raise ValueError(f"it records {len(losses)} steps, not {steps}")
+        if "digest" in saved and saved["digest"] != _run_digest(saved["state_dict"], saved["losses"],
+                                                                saved["grad_norms"]):
+            raise ValueError("its weights or histories do not match its digest (the file was changed or damaged)")
         model.load_state_dict(saved["state_dict"])
         return dict(losses=losses, grad_norms=norms, seconds=float(saved["seconds"]))
     except Exception as err:  # truncated, empty, garbled or mismatched: never trust it, never fail on it
@@ -237,9 +253,30 @@ def _save_run(path: Path, payload: Dict[str, Any]) -> None:
                       "folder to keep it)", RuntimeWarning, stacklevel=4)
 
 
+def _diverged(step: int, loss: float, targets: torch.Tensor, seq_len: int, lr: float) -> ValueError:
+    """The error of a training loss that is not finite at ``step``: no counted target, or divergence."""
+    if not bool((targets != IGNORE_INDEX).any()):
+        return ValueError(f"the batch of step {step} has no counted target: every target is {IGNORE_INDEX} "
+                          f"(ignored), so there is no loss to learn from (e.g. a pe.LaggedCopy whose lag >= "
+                          f"seq_len={seq_len}: train on sequences longer than the lag)")
+    return ValueError(f"the training loss became {loss} at step {step}: training diverged; try a lower lr "
+                      f"(lr={lr:g}), e.g. lr={lr / 10:g}")
+
+
+def _check_weights(model: TinyLM, steps: int, lr: float) -> None:
+    """Raise ``ValueError`` if a trained weight is NaN or infinite (the last update diverged)."""
+    params = [p.detach() for p in model.parameters() if p.is_floating_point()]
+    if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+        raise ValueError(f"the weights became NaN or infinite in the last of the {steps} steps: training "
+                         f"diverged; try a lower lr (lr={lr:g}), e.g. lr={lr / 10:g}")
+
+
 def _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_size, lr, warmup, grad_clip,
               batches, device, progress, sampling=None) -> None:
-    """The optimiser loop of :func:`train` (appends to ``losses`` and ``norms``)."""
+    """The optimiser loop of :func:`train` (appends to ``losses`` and ``norms``).
+
+    Raises ``ValueError`` (:func:`_diverged`) at the first step whose loss is NaN or infinite.
+    """
     use_bf16 = device.type == "cuda"
     outer = _SET_BAR.get()
     with _progress_bar(steps, model.position.name, progress) if outer is None else contextlib.nullcontext(outer) as bar:
@@ -258,6 +295,8 @@ def _optimise(model, data, opt, params, losses, norms, steps, seq_len, batch_siz
             norms.append(torch.nn.utils.clip_grad_norm_(params, math.inf if grad_clip is None else grad_clip))
             opt.step()
             losses.append(loss.item())
+            if not math.isfinite(losses[-1]):
+                raise _diverged(step, losses[-1], y, seq_len, lr)
             if step % 10 == 0:
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)  # shown at the next refresh
             bar.update(1)
@@ -308,7 +347,7 @@ def train(
         data: a source from :mod:`posenc.data` (``vocab_size`` must match the model).
         steps, seq_len, batch_size, lr: the training budget.
         seed: seeds the initialisation, the batches and dropout.
-        device: default :func:`posenc.pick_device`.
+        device: one this machine has; default :func:`posenc.pick_device`.
         cache: load from / save to the run cache.
         progress: show a tqdm progress bar (never on the static website build,
             nor where ``$POSENC_PROGRESS`` is ``0``).
@@ -345,7 +384,18 @@ def train(
         a :class:`TrainResult`; ``result.model is model``, except when
         ``model`` is (or shares weights with) ``init.model``: then a copy is
         fine-tuned, and the earlier result keeps its weights.
+
+    Raises:
+        ValueError: for a wrong argument (before anything trains), e.g. a
+            ``device`` this machine does not have (naming those it has), or a
+            ``cache`` or ``progress`` that is not ``True`` or ``False``;
+            while training, when a batch has no counted target (every target
+            ignored, e.g. a ``LaggedCopy`` whose ``lag >= seq_len``) or the
+            loss (or, after the last step, a weight) becomes NaN or infinite
+            (training diverged: the error names the step and suggests a
+            lower ``lr``). Nothing is written to the run cache then.
     """
+    progress = check_bool("progress", progress)
     plan = _plan(model, data, steps, seq_len, batch_size, lr, seed, device, cache, warmup=warmup,
                  weight_decay=weight_decay, grad_clip=grad_clip, cpu_threads=cpu_threads, init=init,
                  position_sampling=position_sampling, max_position=max_position)
@@ -423,9 +473,10 @@ def _plan(model: Any, data: Any, steps: Any = 250, seq_len: Any = 64, batch_size
         ours = {p.data_ptr() for p in init.model.parameters()}
         if any(p.data_ptr() in ours for p in model.parameters()):  # fine-tuning init.model itself
             model = copy.deepcopy(model)  # the earlier result keeps its weights (and stays true to its key)
+    cache = check_bool("cache", cache)
+    device = pick_device() if device is None else check_device_here(device)
     if model.train_len is None:
         model.train_len = seq_len
-    device = pick_device() if device is None else torch.device(device)
 
     config = dict(
         version=CACHE_VERSION,
@@ -511,12 +562,14 @@ def _run(plan: _Plan, progress: bool) -> TrainResult:
                 torch.set_num_threads(threads)
             seconds = time.perf_counter() - start
             grad_norms = torch.stack(norms).tolist() if norms else []
+            _check_weights(model, steps, lr)
             model.eval()
 
             if cache:
                 state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
                 _save_run(path, dict(state_dict=state, losses=losses, grad_norms=grad_norms, seconds=seconds,
-                                     config=json.dumps(plan.keyed, default=str, sort_keys=True)))
+                                     config=json.dumps(plan.keyed, default=str, sort_keys=True),
+                                     digest=_run_digest(state, losses, grad_norms)))
             return TrainResult(model, losses, grad_norms, False, steps, seconds, key, config)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -96,6 +97,24 @@ def _to_numpy(a: ArrayLike) -> np.ndarray:
     return np.asarray(a)
 
 
+def _check_flag(name: str, value: Any) -> bool:
+    """``value`` as a bool (NumPy's too), else ``ValueError``: a truthy string such as ``"no"`` is no ``True``."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _check_labels(name: str, labels: Any, cells: int, what: str) -> Optional[np.ndarray]:
+    """Axis labels as a 1-D array of ``cells`` labels (or ``cells + 1`` cell edges), else ``ValueError``."""
+    if labels is None:
+        return None
+    labels = _to_numpy(labels)
+    if labels.ndim != 1 or len(labels) not in (cells, cells + 1):
+        raise ValueError(f"{name} must hold one label per {what} of z ({cells}, or {cells + 1} cell edges), "
+                         f"got shape {labels.shape}")
+    return labels
+
+
 def heatmap(
     z: ArrayLike,
     *,
@@ -112,14 +131,19 @@ def heatmap(
     reversed_y: bool = True,
     height: int = 420,
 ) -> go.Figure:
-    """A 2-D array as a heatmap, row 0 at the top (like a matrix) by default."""
+    """A 2-D array as a heatmap, row 0 at the top (like a matrix) by default.
+
+    ``x`` / ``y``: one label per column / row of ``z`` (or one more: the cells' edges);
+    any other length raises ``ValueError`` (plotly would label the cells wrongly).
+    """
     z = _to_numpy(z)
     if z.ndim != 2:
         raise ValueError(f"heatmap needs a 2-D array, got shape {z.shape}")
+    reversed_y = _check_flag("reversed_y", reversed_y)
     trace = go.Heatmap(
         z=z,
-        x=None if x is None else _to_numpy(x),
-        y=None if y is None else _to_numpy(y),
+        x=_check_labels("x", x, z.shape[1], "column"),
+        y=_check_labels("y", y, z.shape[0], "row"),
         colorscale=colorscale,
         zmid=zmid,
         zmin=zmin,
@@ -161,6 +185,7 @@ def curves(
             ``low <= y <= high`` is required.
     """
     x = _to_numpy(x)
+    log_x, log_y = _check_flag("log_x", log_x), _check_flag("log_y", log_y)
     if not isinstance(ys, Mapping):
         ys = {"": ys}
     unknown = set(ranges or {}) - set(ys)
@@ -333,6 +358,36 @@ def _pin_ranges(figures: List[go.Figure], states: List[Dict[str, Any]]) -> List[
     return pinned
 
 
+def _slider_values(name: str, values: Any) -> List[Any]:
+    """A slider's values as a non-empty list, else ``ValueError`` (a single number or a string is no list)."""
+    listed = None
+    if not isinstance(values, (str, bytes)):
+        try:
+            listed = list(values)
+        except TypeError:  # a number, a 0-d array or tensor
+            pass
+    if listed is None:
+        raise ValueError(f"{name} must be a list of the slider's values, e.g. [100, 1000, 10000], got {values!r}")
+    values = listed
+    if not values:
+        raise ValueError(f"{name} must hold at least one value for the slider, got none")
+    return values
+
+
+def _active_index(active: Any, size: int) -> int:
+    """``active`` as an index of ``size`` values (an integer of Python, NumPy or a 0-d tensor; not a bool),
+    else ``ValueError``."""
+    index = None
+    if not str(getattr(active, "dtype", type(active).__name__)).endswith("bool"):  # bool, NumPy's, a bool tensor
+        try:
+            index = operator.index(active)
+        except TypeError:
+            pass
+    if index is None or not 0 <= index < size:
+        raise ValueError(f"active must be an integer index of values (0..{size - 1}), got {active!r}")
+    return index
+
+
 def slider_figure(
     make_figure: Callable[[Any], go.Figure],
     values: Sequence[Any],
@@ -364,11 +419,9 @@ def slider_figure(
     Returns:
         one :class:`plotly.graph_objects.Figure` with ``layout.sliders[0]``.
     """
-    values = list(values)
-    if not values:
-        raise ValueError("slider_figure needs at least one value")
-    if not 0 <= active < len(values):
-        raise ValueError(f"active must index values (0..{len(values) - 1}), got {active}")
+    values = _slider_values("values", values)
+    active = _active_index(active, len(values))
+    fixed_ranges = _check_flag("fixed_ranges", fixed_ranges)
     labels = [_format_value(v) for v in values] if labels is None else list(labels)
     if len(labels) != len(values):
         raise ValueError(f"{len(labels)} labels for {len(values)} values")
@@ -435,10 +488,7 @@ def interactive(
     """
     if not params:
         raise ValueError("interactive needs at least one parameter, e.g. base=[100, 1000, 10000]")
-    values = {name: list(v) for name, v in params.items()}
-    for name, v in values.items():
-        if not v:
-            raise ValueError(f"parameter {name!r} has no values")
+    values = {name: _slider_values(f"parameter {name!r}", v) for name, v in params.items()}
     start = {name: v[0] for name, v in values.items()}
     for name, value in (initial or {}).items():
         if name not in values:

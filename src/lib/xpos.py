@@ -157,6 +157,7 @@ def xpos_scales(
     if positions.ndim == 0:
         raise ValueError("positions must have at least one dimension (..., seq), got a single number")
     center = None if center is None else check_number("center", center)
+    centered, interleaved = check_bool("centered", centered), check_bool("interleaved", interleaved)
     scale = _scales(positions, zeta, scale_base, centered, center, interleaved)
     if scale.device.type != "meta" and not bool(((scale > 0) & (scale < math.inf)).all()):
         raise ValueError(f"xPos factors overflow {scale.dtype}'s range (0 or inf): positions too far from the "
@@ -282,6 +283,7 @@ def apply_xpos(
     q, k = _float_tensor(q, "q"), _float_tensor(k, "k")
     _check_qk(q, k)
     base, gamma, scale_base = _check_base(base), _check_gamma(gamma), _check_scale_base(scale_base)
+    centered, interleaved = check_bool("centered", centered), check_bool("interleaved", interleaved)
     k_len, dim = k.shape[-2], k.shape[-1]
     if positions is None:
         positions, span = torch.arange(k_len, device=k.device), max(k_len - 1, 0)
