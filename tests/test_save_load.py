@@ -218,6 +218,10 @@ def test_bad_files_and_arguments_are_clear_errors(tmp_path):
         pe.load_model(tmp_path / "garbage.pt")
     with pytest.raises(FileNotFoundError):
         pe.load_model(tmp_path / "absent.pt")
+    pe.save_model(pe.TinyLM(16, 16, 1, 2), tmp_path / "model.pt")
+    for device in (["cuda"] if not torch.cuda.is_available() else []) + ["gpu", 0]:  # not "the file is damaged"
+        with pytest.raises(ValueError, match="this machine has 'cpu'"):
+            pe.load_model(tmp_path / "model.pt", device=device)
     with pytest.raises(ValueError, match="is a folder"):
         pe.save_model(pe.TinyLM(16, 16, 1, 2), tmp_path)
     with pytest.raises(ValueError, match="must be a posenc TinyLM"):

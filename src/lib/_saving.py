@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 import torch
 
 from ._positions import builtin
+from ._validate import check_device_here
 from .runtime import _atomic_save
 from .scheme import _REGISTRY, LayerSchemes, PositionScheme, position_scheme
 
@@ -297,11 +298,7 @@ def load_model(path: Union[str, "os.PathLike[str]"], *, device: Union[None, str,
         FileNotFoundError: if there is no file at ``path``.
     """
     path = _file_path(path, "path")
-    try:
-        where = torch.device("cpu" if device is None else device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be a torch device or its name ('cpu', 'cuda', 'cuda:1', ...), "
-                         f"got {device!r}") from None
+    where = torch.device("cpu") if device is None else check_device_here(device)  # names the devices there are
     if isinstance(classes, type) or not all(isinstance(c, type) and issubclass(c, PositionScheme)
                                             for c in classes):
         raise ValueError(f"classes must be a list of posenc.PositionScheme subclasses, got {classes!r}")
