@@ -123,7 +123,7 @@ def test_separated_refuses_what_is_not_a_number(bad):
         pe.separated(kw["a"], kw["b"], kw["margin"])
 
 
-@pytest.mark.parametrize("bad", [3, "012", 2.5])
+@pytest.mark.parametrize("bad", [3, "012", 2.5, torch.tensor(3)])
 def test_per_seed_refuses_a_seed_list_that_is_not_a_list(bad):
     with pytest.raises(ValueError, match="seed"):
         pe.per_seed(lambda seed: seed, bad)

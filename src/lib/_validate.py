@@ -274,6 +274,12 @@ def check_device_here(device: Any) -> torch.device:
     return checked
 
 
+def check_sequence(name: str, values: Any, what: str) -> list:
+    """``values`` as a list: a sequence of ``what`` (a list, tuple, 1-D tensor or array), never a single
+    value or a string, else ``ValueError``."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or getattr(values, "ndim", 1) == 0:
+        raise ValueError(f"{name} must be a sequence of {what}, got {values!r} (for one value: [{values!r}])")
+    return list(values)
 
 
 def checked_targets(targets: Any, shape: tuple, vocab_size: int, device: torch.device) -> torch.Tensor:

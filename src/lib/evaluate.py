@@ -19,7 +19,7 @@ from . import _evalcache
 from .data import IGNORE_INDEX
 from .model import TinyLM
 from ._costs import accounted
-from ._validate import check_bool, check_device_here, check_int, check_number
+from ._validate import check_bool, check_device_here, check_int, check_number, check_sequence
 from .sampling import _check_sampling, sample_positions
 
 __all__ = ["LengthResult", "evaluate_lengths", "evaluation_batches"]
@@ -135,8 +135,7 @@ def evaluate_lengths(
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
     _check_data(data)
-    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__") or getattr(lengths, "ndim", 1) == 0:
-        raise ValueError(f"lengths must be a sequence of positive integers, got {lengths!r}")
+    lengths = check_sequence("lengths", lengths, "positive integers")
     lengths = list(dict.fromkeys(_positive("every length", n) for n in lengths))
     if not lengths:
         raise ValueError("lengths must not be empty")

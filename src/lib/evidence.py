@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from ._costs import accounted
-from ._validate import check_int
+from ._validate import check_int, check_sequence
 from .runtime import _RunBusy
 from .spread import spread
 from .train import (_SET_BAR, TrainResult, _busy_runs_raise, _plan, _progress_bar, _progress_shown, _run,
@@ -111,9 +111,7 @@ def _seed_list(seed_list: Optional[Sequence[int]]) -> List[int]:
     """``seed_list`` checked (a non-empty list of integers >= 0), or :func:`seeds` for ``None``."""
     if seed_list is None:
         return seeds()
-    if isinstance(seed_list, (str, bytes)) or not hasattr(seed_list, "__iter__"):
-        raise ValueError(f"seed_list must be a list of seeds (integers >= 0), got {seed_list!r}")
-    checked = [check_int("every seed", s, 0) for s in seed_list]
+    checked = [check_int("every seed", s, 0) for s in check_sequence("seed_list", seed_list, "seeds (integers >= 0)")]
     if not checked:
         raise ValueError("seed_list must not be empty")
     return checked

@@ -35,7 +35,7 @@ import torch
 
 from . import _evalcache
 from ._costs import accounted
-from ._validate import check_bool, check_device_here, check_int, check_number
+from ._validate import check_bool, check_device_here, check_int, check_number, check_sequence
 from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
 
 __all__ = ["PasskeyRetrieval", "passkey_sequences", "passkey_accuracy", "effective_length"]
@@ -199,8 +199,8 @@ def passkey_accuracy(
     """
     _check_model(model)
     _check_task(data)
-    lengths, depths = _sequence("lengths", lengths), _sequence("depths", depths)
-    depths = [_check_depth(d) for d in depths]
+    lengths = check_sequence("lengths", lengths, "context lengths (integers)")
+    depths = [_check_depth(d) for d in check_sequence("depths", depths, "key depths (numbers in [0, 1])")]
     if not lengths or not depths or any(d is None for d in depths):
         raise ValueError("lengths and depths must be non-empty sequences (depths of numbers in [0, 1])")
     samples, batch_size = check_int("samples", samples), check_int("batch_size", batch_size)
@@ -244,14 +244,6 @@ def _check_model(model: Any) -> None:
     hint = ": pass result.model" if callable(getattr(model, "model", None)) else ""
     raise ValueError(f"model must map (batch, seq) token ids to (batch, seq, vocab) logits (a posenc.TinyLM), "
                      f"got {type(model).__name__}{hint}")
-
-
-def _sequence(name: str, values: Any) -> list:
-    """``values`` as a list, else ``ValueError`` (a single number, a string)."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or getattr(values, "ndim", 1) == 0:
-        what = "context lengths (integers)" if name == "lengths" else "key depths (numbers in [0, 1])"
-        raise ValueError(f"{name} must be a sequence of {what}, got {values!r} (for one value: [{values!r}])")
-    return list(values)
 
 
 def _accuracy_grid(saved: Any, shape: tuple) -> torch.Tensor:

@@ -142,10 +142,6 @@ def sinusoidal_similarity(
 # ---------------------------------------------------------------------------
 
 
-def _check_length(train_length: int) -> int:
-    return check_int("train_length", train_length)
-
-
 def sinusoidal_wavelengths(dim: int, base: float = 10000.0) -> torch.Tensor:
     """Wavelength (in positions) of each sin/cos channel pair: ``2 pi / theta_i``.
 
@@ -206,7 +202,7 @@ def sinusoidal_period_coverage(train_length: int, dim: int, base: float = 10000.
     Returns:
         ``(dim // 2,)`` float64 tensor in ``[0, 1]``.
     """
-    train_length = _check_length(train_length)
+    train_length = check_int("train_length", train_length)
     turned = (train_length - 1) * sinusoidal_frequencies(dim, base)
     return (turned / (2 * math.pi)).clamp(max=1.0)
 
@@ -239,7 +235,7 @@ def sinusoidal_nearest_distance(
         ``int64`` indices of the nearest training positions.
     """
     _check_dim(dim, "sinusoidal_nearest_distance")
-    train_length = _check_length(train_length)
+    train_length = check_int("train_length", train_length)
     chunk, return_index = check_int("chunk", chunk), check_bool("return_index", return_index)
     pos = _as_positions(positions, "positions")
     flat = pos.reshape(-1)
