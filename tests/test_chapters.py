@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _myst_roles import ROLE
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("install_cells", ROOT / "book" / "install_cells.py")
@@ -83,7 +84,7 @@ def _roles_in_math(markdown: str) -> list:
         roles.append(match.group())
         return f"\0{len(roles) - 1}\0"
 
-    text = re.sub(r"`[^`]*`", "", re.sub(r"\{[a-z:-]+\}`[^`]*`", mark, text))
+    text = re.sub(r"`[^`]*`", "", ROLE.sub(mark, text))
     maths = re.findall(r"\$\$.+?\$\$|\$[^$]+?\$", text, flags=re.S)
     back = lambda m: re.sub("\0(\\d+)\0", lambda r: roles[int(r.group(1))], m)
     return [back(m) for m in maths if "\0" in m]

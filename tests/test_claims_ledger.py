@@ -21,13 +21,13 @@ import re
 from pathlib import Path
 
 import pytest
+from _myst_roles import ROLE
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 KEY = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 VERDICT_WORDS = re.compile(r"\b(?:(?:not|partially|partly|half) )?reproduced\b|\bwithin seed noise\b|\bnot tested here\b",
                            re.I)
-_ROLE = re.compile(r"\{[a-z:-]+\}`[^`]*`")
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
 
@@ -102,7 +102,7 @@ def prose_reads(md_cells):
 
 def typed_verdicts(markdown):
     """Verdict words typed into the prose: in bold or italics, or in a sentence that cites a paper (roles and code aside)."""
-    text = _ROLE.sub(lambda m: " CITE " if m.group(0).startswith("{cite") else " ", markdown)
+    text = ROLE.sub(lambda m: " CITE " if m.group(0).startswith("{cite") else " ", markdown)
     text = _MATH.sub(" ", _CODE.sub(" ", text))
     emphasis = [m.group(0) for m in re.finditer(r"\*\*[^*\n]+\*\*|(?<![*\w])\*[^*\n]+\*(?![*\w])", text)]
     cited = [s for s in re.split(r"(?<=[.;:!?])\s+|\n", text) if "CITE" in s]

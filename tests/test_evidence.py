@@ -115,12 +115,19 @@ def test_a_spread_with_a_nan_shows_it_and_refuses_comparisons():
 
 
 @pytest.mark.parametrize("bad", [dict(b="5"), dict(b=True), dict(margin=None), dict(margin=-0.1),
-                                 dict(margin=float("inf"))])
+                                 dict(margin=float("inf")), dict(margin=True), dict(margin=torch.tensor([0.1, 0.2]))])
 def test_separated_refuses_what_is_not_a_number(bad):
     kw = dict(a=pe.Spread((0.1, 0.2)), b=1.0, margin=0.0)
     kw.update(bad)
     with pytest.raises(ValueError):
         pe.separated(kw["a"], kw["b"], kw["margin"])
+
+
+@pytest.mark.parametrize("margin", [0.65, np.float32(0.65), torch.tensor(0.65), torch.tensor([0.65], dtype=torch.float64)])
+def test_a_margin_may_be_any_real_scalar(margin):
+    a, b = pe.Spread((0.1, 0.2)), pe.Spread((0.8, 0.9))
+    assert pe.separated(a, b, margin=0.55) and not pe.separated(a, b, margin=margin)
+    assert a.below(b, margin=0.55) and not a.below(b, margin=margin)
 
 
 @pytest.mark.parametrize("bad", [3, "012", 2.5, torch.tensor(3)])
@@ -439,3 +446,20 @@ def test_spread_format_never_writes_minus_zero(value, spec):
 def test_spread_format_drops_the_sign_of_each_rounded_zero_only():
     assert format(pe.spread([-0.004, -0.001, 0.002]), "+.2f") == "+0.00 (+0.00–+0.00)"
     assert format(pe.spread([-0.02, -0.01, -0.006]), ".2f") == "-0.01 (-0.02–-0.01)"
+
+
+def test_the_evidence_check_starts_the_longest_chapters_first_in_that_order(monkeypatch):
+    """The chapters go to pytest longest first (by the committed cost tables) with xdist's own reordering (by
+    number of cells) switched off: in file-name order the longest chapter, the last, ran alone for minutes."""
+    check = _evidence_check()
+    calls = []
+    monkeypatch.setattr(check, "choose_kernels", lambda: ("avx2", "stubbed"))
+    monkeypatch.setattr(check.subprocess, "call", lambda args, **kw: calls.append((args, kw)) or 0)
+    assert check.main(["--jobs", "2"]) == 0
+    (args, kw), = calls
+    given = [a for a in args if a.endswith(".ipynb")]
+    seconds = check.longest_first.__globals__["committed_seconds"]()
+    expected = sorted(check.training_chapters(), key=lambda p: -seconds[p.relative_to(check.ROOT).as_posix()])
+    assert given == [str(p) for p in expected] != [str(p) for p in check.training_chapters()]
+    assert args[args.index("--dist") + 1] == "loadfile" and "--no-loadscope-reorder" in args
+    assert kw["env"]["ATEN_CPU_CAPABILITY"] == "avx2" and kw["env"]["POSENC_SEED"] == "1"

@@ -57,6 +57,25 @@ def test_a_truthy_string_is_not_a_flag(name, call):
         call("no")
 
 
+@pytest.mark.parametrize("name,call", [
+    ("causal", lambda flag: pe.attention(Q, K, V, causal=flag)),
+    ("causal", lambda flag: pe.SoftmaxAttention(16, 2, causal=flag)),
+    ("sink_logit", lambda flag: pe.TinyLM(11, 16, 2, 2, sink_logit=flag)),
+    ("interleaved", lambda flag: pe.rope_cos_sin(P, 8, interleaved=flag)),
+    ("bidirectional", lambda flag: pe.t5_relative_buckets(P, flag)),
+    ("keepdim", lambda flag: pe.attention_entropy(torch.full((2, 3), 1 / 3), keepdim=flag)),
+])
+def test_every_flag_of_the_library_refuses_the_integers_0_and_1_alike(name, call):
+    """One check serves every flag: 1 is refused by a model and its layers alike, and the error is a ValueError
+    that a caller catching the TypeError some flags raised before still catches."""
+    call(np.bool_(True))
+    call(torch.tensor(False))
+    for number in (0, 1):
+        with pytest.raises(ValueError, match=f"{name} must be True or False, got {number}") as error:
+            call(number)
+        assert isinstance(error.value, TypeError)
+
+
 def test_flags_that_raised_a_type_error_still_do():
     with pytest.raises(TypeError, match="causal must be True or False"):  # callers catching TypeError keep working
         pe.linear_attention(Q, K, V, causal="no")

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _myst_roles import ROLE
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every chapter and the appendix: the later ones quote trained models and measured costs, the
@@ -30,7 +31,6 @@ PUBLISHED = {
     "09_training_for_length": {"85.6%": "RULER's threshold: Llama-2-7B's average score at 4K (Hsieh et al., 2024)"},
 }
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
-_ROLE = re.compile(r"\{[a-z:-]+\}`[^`]*`")            # {glue:text}`x`, {cite}`x`, {eq}`x`, ...
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
 _LINK = re.compile(r"\]\([^)]*\)|https?://\S+")
 _DIRECTIVE = re.compile(r"^(:::|```)\{[^}]*\}.*$|^:[a-z-]+:.*$", re.M)
@@ -42,7 +42,7 @@ _NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?\s?%|\d+\.\d+)(?![\w.]*\d)")
 
 def prose_numbers(markdown: str) -> list:
     """The decimal numbers and percentages of ``markdown`` outside maths, code, roles, links and directives."""
-    text = _ROLE.sub(" ", markdown)
+    text = ROLE.sub(" ", markdown)
     text = _CODE.sub(" ", text)
     text = _MATH.sub(" ", text)
     text = _LINK.sub(" ", text)

@@ -31,16 +31,22 @@ def check_int(name: str, value: Any, low: int = 1) -> int:
     return number
 
 
-def check_bool(name: str, value: Any) -> bool:
-    """``value`` as a Python bool (``True``/``False``, NumPy and one-element tensor booleans too), else ``ValueError``.
+class FlagError(ValueError, TypeError):
+    """A flag that is not True or False: a ``ValueError``, as every wrong argument of the library, and a
+    ``TypeError`` too, which some flags raised before (code that catches that keeps working)."""
 
-    A truthy string such as ``"no"`` is refused, not read as ``True``.
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` as a Python bool (``True``/``False``, NumPy and one-element tensor booleans too), else
+    :class:`FlagError` (a ``ValueError``).
+
+    A truthy string such as ``"no"`` is refused, not read as ``True``; so are the integers 0 and 1.
     """
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype == torch.bool:
         value = bool(value.item())
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise ValueError(f"{name} must be True or False, got {value!r}")
+    raise FlagError(f"{name} must be True or False, got {value!r}")
 
 
 def check_number(name: str, value: Any, low: float = -math.inf, *, inf_ok: bool = False, what: str = "") -> float:

@@ -33,13 +33,13 @@ from typing import Any, Literal, Optional, Tuple, Union, overload
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_float_dtype as _float_dtype, check_int, check_layout
+from ._validate import check_bool, check_float_dtype as _float_dtype, check_int, check_layout
 from ._validate import make_module_callable, one_of
 from ._flex import _FLEX, _flex_available, _path_flex
 from ._fused_alibi import _path_fold, _path_key_bias, key_bias_available
 from .autotune import choose_fastest, length_bucket
 from .entropy import attention_entropy, log_length_scale  # here too: they were first defined in this module
-from .masks import _as_tensor, _check_qkv, _check_scale, _finite, _flag, _layout_hint, causal_mask
+from .masks import _as_tensor, _check_qkv, _check_scale, _finite, _layout_hint, causal_mask
 
 __all__ = ["attention", "combine_bias_and_mask", "relative_attention", "ATTENTION_PATHS", "attention_entropy",
            "log_length_scale"]
@@ -173,7 +173,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Option
         return (out[0].transpose(1, 2), out[1]) if isinstance(out, tuple) else out.transpose(1, 2)
     _check_qkv(q, k, v)
     q_len, k_len = q.shape[2], k.shape[2]
-    causal, return_weights = _flag("causal", causal), _flag("return_weights", return_weights)
+    causal, return_weights = check_bool("causal", causal), check_bool("return_weights", return_weights)
     if bias is not None:
         bias = _check_trailing("bias", bias, q, k_len, True)
     if mask is not None:
@@ -568,7 +568,7 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slo
     slopes, distance_bias, window = _relative_inputs(q, k, v, slopes, distance_bias, window)
     path = one_of("path", path, ATTENTION_PATHS)
     q, scale = _scaled(q, scale)
-    if _flag("return_weights", return_weights) and path not in ("auto", "naive"):
+    if check_bool("return_weights", return_weights) and path not in ("auto", "naive"):
         raise ValueError(f"return_weights needs the explicit path 'naive', not {path!r}")
     if path in ("fold", "key_bias") and not _alibi_only(q, k, slopes, distance_bias, window):
         raise ValueError(f"path={path!r} takes ALiBi slopes only (no distance_bias, no window) and q_len == k_len")

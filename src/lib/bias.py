@@ -36,10 +36,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._validate import check_even_dim, check_int, check_number
+from ._validate import check_bool, check_even_dim, check_int, check_number
 from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
-from .masks import _as_tensor, _check_tensors, _finite, _flag, _layout_hint
+from .masks import _as_tensor, _check_tensors, _finite, _layout_hint
 from .masks import check_lengths, relative_positions
 from .scheme import PositionScheme, _kept, register_scheme
 from .sinusoidal import sinusoidal_embedding
@@ -404,7 +404,7 @@ def t5_relative_buckets(
         rel = torch.as_tensor(rel)
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"rel must be an integer tensor of offsets, got {type(rel).__name__}") from None
-    bidirectional = _flag("bidirectional", bidirectional)
+    bidirectional = check_bool("bidirectional", bidirectional)
     if rel.is_floating_point() or rel.is_complex() or rel.dtype == torch.bool:
         raise ValueError(f"rel must be an integer tensor of offsets, got dtype {rel.dtype}")
     num_buckets, max_distance = check_int("num_buckets", num_buckets), check_int("max_distance", max_distance)

@@ -11,8 +11,7 @@ import math
 
 import torch
 
-from ._validate import check_int
-from .masks import _flag
+from ._validate import check_bool, check_int
 
 __all__ = ["attention_entropy", "log_length_scale"]
 
@@ -48,7 +47,7 @@ def attention_entropy(weights: torch.Tensor, dim: int = -1, *, keepdim: bool = F
         raise ValueError("weights must be a floating-point tensor of probabilities (with values: not on meta)")
     if weights.ndim == 0 or check_int("dim", dim, -weights.ndim) >= weights.ndim:
         raise ValueError(f"dim {dim} out of range for weights of shape {tuple(weights.shape)} (keys along dim)")
-    keepdim = _flag("keepdim", keepdim)
+    keepdim = check_bool("keepdim", keepdim)
     if weights.shape[dim] == 0:
         raise ValueError(f"weights has no keys along dim {dim}: shape {tuple(weights.shape)}")
     work = weights.to(torch.float64 if weights.dtype == torch.float64 else torch.float32)
@@ -82,6 +81,6 @@ def log_length_scale(n: int, train_len: int, *, clamp: bool = True) -> float:
     Returns:
         the factor as a Python float (``1.0`` at ``n = train_len``).
     """
-    n, train_len, clamp = check_int("n", n), check_int("train_len", train_len, low=2), _flag("clamp", clamp)
+    n, train_len, clamp = check_int("n", n), check_int("train_len", train_len, low=2), check_bool("clamp", clamp)
     factor = math.log(n) / math.log(train_len)
     return max(1.0, factor) if clamp else factor

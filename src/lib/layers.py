@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_int, check_number, one_of
+from ._validate import check_bool, check_int, check_number, one_of
 from .attention import attention as _softmax_attention
 from .attention import relative_attention
 from .decay import _decay_value, decay_rates, decayed_attention_weights, decayed_linear_attention, gate_decay
@@ -57,7 +57,7 @@ from .linear import (
     norm_attention,
     rms_norm,
 )
-from .masks import _check_tensors, _flag
+from .masks import _check_tensors
 from .rotary import apply_rope
 from .sinks import sink_attention, sink_logit_attention
 from .ssmax import ssmax_factors
@@ -106,7 +106,7 @@ def block_diagonal_mask(
     seq_len = check_int("seq_len", seq_len, low=0)
     block = torch.arange(seq_len, device=device) // block_size
     mask = block[:, None] == block[None, :]
-    if _flag("causal", causal):
+    if check_bool("causal", causal):
         mask = mask & torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
     return mask
 
@@ -150,7 +150,7 @@ def diag_attention(
     block_size = check_int("block_size", block_size)
     if kind not in ("softmax", "relu"):
         raise ValueError(f"kind must be 'softmax' or 'relu', got {kind!r}")
-    eps, causal = _check_eps(eps), _flag("causal", causal)
+    eps, causal = _check_eps(eps), check_bool("causal", causal)
     b, h, n, d = q.shape
     e = v.shape[-1]
     if n == 0:
@@ -239,7 +239,7 @@ class _MultiHead(nn.Module):
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
-        causal, rope, bias = _flag("causal", causal), _flag("rope", rope), _flag("bias", bias)
+        causal, rope, bias = check_bool("causal", causal), check_bool("rope", rope), check_bool("bias", bias)
         if rope and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
         if not check_number("rope_base", rope_base) > 1 or not 0 <= check_number("dropout", dropout) <= 1:
@@ -323,7 +323,7 @@ class SoftmaxAttention(_MultiHead):
         super().__init__(d_model, n_heads, **options)
         self.sink_logits: Optional[nn.Parameter] = None
         self.ssmax_scale: Optional[nn.Parameter] = None  # SSMax's s per head (posenc.ssmax), starting at 1
-        if (_flag("sink_logit", sink_logit) or _flag("ssmax", ssmax)) and not self.causal:
+        if (check_bool("sink_logit", sink_logit) or check_bool("ssmax", ssmax)) and not self.causal:
             raise ValueError("sink_logit and ssmax are implemented for causal attention: build it with causal=True")
         if sink_logit:
             self.sink_logits = nn.Parameter(torch.zeros(self.n_heads))
@@ -475,10 +475,10 @@ class NormAttention(_MultiHead):
         super().__init__(d_model, n_heads, causal=causal, rope=rope, bias=bias, dropout=dropout)
         feature_map(feature)
         method = _check_method(method)
-        self.feature, self.per_head, self.eps = feature, _flag("per_head", per_head), _check_eps(eps)
+        self.feature, self.per_head, self.eps = feature, check_bool("per_head", per_head), _check_eps(eps)
         self.method, self.chunk_size = method, check_int("chunk_size", chunk_size)
         size = self.head_dim if self.per_head else d_model
-        self.gain = nn.Parameter(torch.ones(size)) if _flag("gain", gain) else None
+        self.gain = nn.Parameter(torch.ones(size)) if check_bool("gain", gain) else None
 
     def _features(self, qkv, pos):
         phi = feature_map(self.feature)

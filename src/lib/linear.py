@@ -43,8 +43,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from ._validate import _float_tensor, check_int, one_of
-from .masks import _LAYOUT, _as_tensor, _check_tensors, _flag
+from ._validate import _float_tensor, check_bool, check_int, one_of
+from .masks import _LAYOUT, _as_tensor, _check_tensors
 from .rotary import apply_rope
 
 __all__ = [
@@ -300,7 +300,7 @@ def linear_attention(
     _check_qkv(q, k, v)
     method = _check_method(method)
     chunk_size = check_int("chunk_size", chunk_size)
-    eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
+    eps, causal, normalize = _check_eps(eps), check_bool("causal", causal), check_bool("normalize", normalize)
     phi = feature_map(feature)
     fq, fk = phi(q), phi(k)
     num, den = _numerator_denominator(fq, fk, v, causal, method, chunk_size, normalize)
@@ -333,7 +333,7 @@ def linear_attention_weights(
         ``(batch, heads, seq, seq)``.
     """
     _check_qkv(q, k, k)
-    eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
+    eps, causal, normalize = _check_eps(eps), check_bool("causal", causal), check_bool("normalize", normalize)
     phi = feature_map(feature)
     scores = phi(q) @ phi(k).transpose(-2, -1)
     if causal:
@@ -422,7 +422,7 @@ def norm_attention(
     """
     unnormalised = linear_attention(q, k, v, causal=causal, feature=feature, normalize=False,
                                     method=method, chunk_size=chunk_size)
-    if _flag("per_head", per_head):
+    if check_bool("per_head", per_head):
         return rms_norm(unnormalised, eps, weight)
     merged = rms_norm(_merge_heads(unnormalised), eps, weight)
     return _split_heads(merged, q.shape[1])
@@ -474,7 +474,7 @@ def rope_linear_attention(
         raise ValueError(f"RoPE rotates channel pairs: head_dim must be even, got {q.shape[-1]}")
     method = _check_method(method)
     chunk_size = check_int("chunk_size", chunk_size)
-    eps, causal, normalize = _check_eps(eps), _flag("causal", causal), _flag("normalize", normalize)
+    eps, causal, normalize = _check_eps(eps), check_bool("causal", causal), check_bool("normalize", normalize)
     phi = feature_map(feature)
     fq, fk = phi(q), phi(k)
     rq = apply_rope(fq, positions, base, interleaved)
@@ -559,7 +559,7 @@ def locally_accumulated_attention(
     start = start.to(cum.device).expand(*lead, q_len, r.numel())
     end = end.to(cum.device).expand(*lead, q_len, r.numel())
     score = cum.gather(-1, end) - cum.gather(-1, start)  # (..., q, R)
-    if not _flag("per_query", per_query):
+    if not check_bool("per_query", per_query):
         score = score.reshape(-1, r.numel()).mean(0)
     return score[..., 0] if scalar else score
 

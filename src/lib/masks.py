@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from ._validate import check_device as _device, check_int, check_number
+from ._validate import check_bool, check_device as _device, check_int, check_number
 
 __all__ = ["check_lengths", "relative_positions", "causal_mask", "sliding_window_mask"]
 
@@ -29,18 +29,6 @@ def _layout_hint(q: torch.Tensor, size: int, dim: int = 2) -> str:
     """The layout reminder, only when ``size`` matches ``q``'s dimension ``dim`` rather than its heads:
     then ``q`` is likely ``(batch, seq, heads, head_dim)``; otherwise the other tensor is what is wrong."""
     return f" ({_LAYOUT})" if q.ndim == 4 and size == q.shape[dim] != q.shape[1 if dim == 2 else 2] else ""
-
-
-class _FlagError(ValueError, TypeError):
-    """A flag that is not True or False: a ``ValueError``, as every wrong argument of the library, and still
-    the ``TypeError`` these flags raised before (code that catches that keeps working)."""
-
-
-def _flag(name: str, value: Any) -> bool:
-    """A bool (or 0 / 1), else ``ValueError`` (a :class:`_FlagError`, also a ``TypeError``)."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_" or type(value) is int and value in (0, 1):
-        return bool(value)
-    raise _FlagError(f"{name} must be True or False, got {value!r}")
 
 
 def _as_tensor(name: str, value: Any, device: Optional[torch.device] = None, values: bool = False,
@@ -200,7 +188,7 @@ def sliding_window_mask(
     """
     window = check_int("window", window)
     sinks = check_int("sinks", sinks, low=0)
-    causal = _flag("causal", causal)
+    causal = check_bool("causal", causal)
     rel = relative_positions(q_len, k_len, device=device)
     near = rel.abs() < window
     if sinks:

@@ -203,8 +203,7 @@ class TinyLM(nn.Module):
         feature_map(feature)
         decay = _decay_value(decay, n_heads)  # checked (and Python values) whatever the kinds
         gate_temperature = check_number("gate_temperature", gate_temperature, 0.0)
-        if not isinstance(sink_logit, bool):
-            raise ValueError(f"sink_logit must be True or False, got {sink_logit!r}")
+        sink_logit = check_bool("sink_logit", sink_logit)
         if sink_logit and "softmax" not in kinds:
             raise ValueError(f"sink_logit joins the softmax normaliser; attention={kinds} has no softmax layer")
         ssmax = isinstance(log_n_scaling, str) and one_of("log_n_scaling", log_n_scaling, ("ssmax",),

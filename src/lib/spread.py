@@ -20,6 +20,8 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ._validate import check_number
+
 __all__ = ["Spread", "spread", "separated", "glue"]
 
 
@@ -202,9 +204,14 @@ def separated(a: Union[Spread, Number], b: Union[Spread, Number], margin: float 
 
 
 def _margin(margin: Any) -> float:
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < math.inf:
+    """``margin`` as a float: a finite real number >= 0 (NumPy and one-element tensors too), else ``ValueError``."""
+    try:
+        value = check_number("margin", margin)
+    except ValueError:
+        value = -1.0
+    if value < 0:
         raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
-    return float(margin)
+    return value
 
 
 def glue(name: str, value: Any, spec: str = ".3f") -> str:
