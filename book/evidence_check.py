@@ -50,7 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book"))
-from execute import usable_cores  # noqa: E402  (the cores the kernels share, as the book's build counts them)
+from execute import longest_first, usable_cores  # noqa: E402  (as the book's build counts cores and orders notebooks)
 
 
 def training_chapters(prefixes=()) -> list:
@@ -163,7 +163,11 @@ def main(argv=None) -> int:
                    POSENC_PROGRESS="0",  # no progress widgets: nbval reads no messages while a cell runs
                    POSENC_SIZE=os.environ.get("POSENC_SIZE", "small"),
                    OMP_NUM_THREADS=str(max(1, usable_cores() // jobs)))
-        parallel = ["-n", str(jobs), "--dist", "loadfile"] if jobs > 1 else []
+        # The longest chapters first, in this order (xdist would otherwise order them by their number of cells):
+        # with two workers taking the next in turn, the check then ends about when the chapters' time, shared
+        # out, does (in file-name order the last chapter, the longest, ran alone for minutes).
+        chapters = longest_first(chapters)
+        parallel = ["-n", str(jobs), "--dist", "loadfile", "--no-loadscope-reorder"] if jobs > 1 else []
         names = " ".join(p.stem for p in chapters)
         print(f"evidence check: {names}\n  ATEN_CPU_CAPABILITY={kernels} POSENC_SEED={args.seed}, "
               f"empty run cache, {env['POSENC_SIZE']} mode, {jobs} at a time", flush=True)

@@ -20,7 +20,8 @@ machine, CPU kernel set, mode and seed block it ran on.
 A notebook whose cells raise is not stored; the script prints its error and
 exits with status 1 after the others have run. Notebooks already in the
 cache (their code unchanged) are skipped. The longest ones start first (the
-times of their last execution, when the cache has them; else the chapters
+times of their last execution, when the cache has them; else those of the
+committed cost tables, ``benchmarks/build_cost-*.csv``; else the chapters
 that train models, later chapters first). Usage::
 
     python book/execute.py                 # every notebook of the table of contents
@@ -82,6 +83,40 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return os.cpu_count() or 1
+
+
+def committed_seconds() -> dict:
+    """Each notebook's wall-clock seconds in the committed cost tables (``benchmarks/build_cost-*.csv``; the
+    newest measurement where several tables have it), by its path relative to the repository root: what the
+    schedulers here start first on a fresh clone."""
+    newest: dict = {}
+    for table in sorted((ROOT / "benchmarks").glob("build_cost-*.csv")):
+        with table.open(newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                try:
+                    measured = (str(row["date"]), float(row["seconds"]))
+                except (KeyError, TypeError, ValueError):
+                    continue
+                newest[row["notebook"]] = max(measured, newest.get(row["notebook"], measured))
+    return {notebook: seconds for notebook, (_, seconds) in newest.items()}
+
+
+def longest_first(paths, last_time=None) -> list:
+    """``paths`` ordered to start the longest first (their ``last_time`` by resolved path where given, else
+    the committed cost tables, else: the chapters that train models, later chapters first), so that two
+    workers taking the next one in turn end close together."""
+    last_time, committed = last_time or {}, committed_seconds()
+
+    def expected(order_path):
+        order, path = order_path
+        known = last_time.get(str(path.resolve()))
+        if known is None:
+            known = committed.get(path.resolve().relative_to(ROOT).as_posix())
+        if known is None:
+            known = 1e6 + order if _trains(nbformat.read(path, as_version=4)) else order
+        return -known
+
+    return [path for _, path in sorted(enumerate(paths), key=expected)]
 
 
 def _trains(nb) -> bool:
@@ -225,14 +260,12 @@ def main(argv=None) -> int:
             uri = str(Path(record.uri).resolve())
             last_time[uri] = max(float(seconds), last_time.get(uri, 0.0))
     todo = []
-    for order, path in enumerate(notebooks):
-        nb = nbformat.read(path, as_version=4)
+    for path in notebooks:
         try:
-            cache.match_cache_notebook(nb)
-        except KeyError:  # unknown times: the chapters that train first, the later (longer) ones first
-            guess = 1e6 + order if _trains(nb) else order
-            todo.append((-last_time.get(str(path.resolve()), guess), path))
-    todo = [path for _, path in sorted(todo, key=lambda t: t[0])]
+            cache.match_cache_notebook(nbformat.read(path, as_version=4))
+        except KeyError:
+            todo.append(path)
+    todo = longest_first(todo, last_time)
     skipped = len(notebooks) - len(todo)
     if not todo:
         print(f"execute: all {len(notebooks)} notebooks are in the execution cache", flush=True)

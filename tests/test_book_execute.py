@@ -160,3 +160,22 @@ def test_the_cost_log_skips_a_line_cut_short(tmp_path):
     totals = execute._cost_log_reader()(log)
     assert totals == dict(runs=3.0, train_wall_s=2.0, train_core_s=1.5, evaluate_wall_s=1.0, evaluate_core_s=0.5)
     assert execute._cost_log_reader()(tmp_path / "missing.jsonl")["runs"] == 0.0
+
+
+def test_the_longest_notebooks_start_first(tmp_path, monkeypatch):
+    """By the last execution's times where known, else by the committed cost tables, else the chapters that
+    train models first, later ones first; every chapter that trains has a time in the committed tables."""
+    execute = _load()
+    committed = execute.committed_seconds()
+    training = [p for p in execute.book_notebooks() if execute._trains(nbformat.read(p, as_version=4))]
+    assert training and all(p.relative_to(ROOT).as_posix() in committed for p in training)
+    assert all(seconds > 0 for seconds in committed.values())
+    ordered = execute.longest_first(execute.book_notebooks())
+    times = [committed[p.relative_to(ROOT).as_posix()] for p in ordered]
+    assert sorted(ordered) == sorted(execute.book_notebooks()) and times == sorted(times, reverse=True)
+    last = {str(ordered[-1].resolve()): 1e9}  # the last execution's time wins over the table
+    assert execute.longest_first(ordered, last)[0] == ordered[-1]
+    # without a table: the chapters that train, later ones first, then the others in their order
+    book = _tiny_book(tmp_path, monkeypatch, 60, a="x = 1", b="pe.train(model)", c="y = 2", d="pe.train_seeds(f)")
+    names = [p.stem for p in book.longest_first(book.book_notebooks())]
+    assert names == ["d", "b", "c", "a"]
