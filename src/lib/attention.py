@@ -160,6 +160,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: Option
     A query allowed no key (a mask row without True, or a bias row of ``-inf``)
     gets a zero output row and zero weights, with or without ``return_weights``.
 
+    NaN in the inputs is not checked (a pass over every input on every call of
+    a training step): the explicit paths return NaN rows, but PyTorch's fused
+    CPU kernel, used without ``bias``, ``mask`` and ``return_weights``, returns a
+    query row holding NaN as zeros. Check with ``torch.isfinite`` where it can
+    happen; a model's NaN is caught where its loss or weights become NaN
+    (:func:`posenc.train`).
+
     Raises:
         TypeError: for a ``q``, ``k`` or ``v`` that is not a tensor.
         ValueError: for other shapes, dtypes (integer, mixed) or devices than
