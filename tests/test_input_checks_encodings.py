@@ -64,6 +64,7 @@ def test_a_truthy_string_is_not_a_flag(name, call):
     ("interleaved", lambda flag: pe.rope_cos_sin(P, 8, interleaved=flag)),
     ("bidirectional", lambda flag: pe.t5_relative_buckets(P, flag)),
     ("keepdim", lambda flag: pe.attention_entropy(torch.full((2, 3), 1 / 3), keepdim=flag)),
+    ("own", lambda flag: pe.measured_costs("attention", own=flag)),
 ])
 def test_every_flag_of_the_library_refuses_the_integers_0_and_1_alike(name, call):
     """One check serves every flag: 1 is refused by a model and its layers alike, and the error is a ValueError

@@ -27,7 +27,7 @@ from typing import Dict, Iterator, List
 import numpy as np
 import torch
 
-from ._validate import check_int, one_of
+from ._validate import check_bool, check_int, one_of
 
 __all__ = ["pick_device", "running_mode", "seed_everything", "cache_dir", "measured_costs", "SIZE_ENV"]
 
@@ -237,8 +237,7 @@ def measured_costs(kind: str = "attention", *, own: bool = True) -> Dict[str, Li
     """
     if not isinstance(kind, str) or not re.fullmatch(r"[A-Za-z0-9_]+", kind):
         raise ValueError(f"kind must be the name of a benchmark such as 'attention', got {kind!r}")
-    if not isinstance(own, bool):
-        raise ValueError(f"own must be True or False, got {own!r}")
+    own = check_bool("own", own)
     runs: Dict[str, List[Dict[str, str]]] = {}
     if own:
         cwd = Path.cwd()
