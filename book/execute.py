@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -211,29 +212,66 @@ def write_costs(path: Path, rows: list) -> None:
     os.replace(f.name, path)
 
 
+def _forget_exit_cleanup(exc: BaseException) -> None:
+    """Drop the exit hook that nbclient left for a kernel that failed to start.
+
+    nbclient has already cleaned that kernel up, and at interpreter exit its hook would fail
+    with an ``AssertionError`` that reads like a failure of the build.
+    """
+    import atexit
+
+    from nbclient import NotebookClient
+
+    tb = exc.__traceback__
+    while tb is not None:
+        client = tb.tb_frame.f_locals.get("self")
+        if isinstance(client, NotebookClient):
+            atexit.unregister(client._cleanup_kernel)
+        tb = tb.tb_next
+
+
+KERNEL_STARTS = 3  # tries per notebook when its kernel dies before running a cell
+
+
 def _execute(path: str, settings: dict, threads: int, cost_log: str = "") -> tuple:
-    """Run one notebook (in a worker process); returns ``(path, notebook, seconds, error text or None)``."""
+    """Run one notebook (in a worker process); returns ``(path, notebook, seconds, error text or None)``.
+
+    A kernel that dies before its first cell is started again, up to ``KERNEL_STARTS`` times: kernels
+    started side by side in separate processes each pick free TCP ports, and two can pick the same
+    one (``zmq.error.ZMQError: Address already in use``). Any other failure is returned as the
+    notebook's error text, never raised, so that the notebooks beside it still finish and are cached.
+    """
     from jupyter_cache.executors.utils import single_nb_execution
 
     _poll_in_slices()
     os.environ["OMP_NUM_THREADS"] = str(threads)  # inherited by the kernel
     if cost_log:
         os.environ["POSENC_COST_LOG"] = cost_log  # the library appends its training and evaluation times there
-    nb = nbformat.read(path, as_version=4)
-    name, started = Path(path).name, {}
+    name, started, began = Path(path).name, {}, time.perf_counter()
 
     def on_start(cell_index, **_):
         started[cell_index] = time.perf_counter()
+        cells_started.append(cell_index)
 
     def on_done(cell_index, **_):
         seconds = time.perf_counter() - started.pop(cell_index, time.perf_counter())
         if seconds >= SLOW_CELL:
             print(f"execute: {name} cell {cell_index}: {seconds:.0f} s", flush=True)
 
-    result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=settings["timeout"],
-                                 allow_errors=settings["allow_errors"], meta_override=True,
-                                 on_cell_start=on_start, on_cell_executed=on_done)
-    return path, result.nb, result.time, result.exc_string if result.err is not None else None
+    for attempt in range(1, KERNEL_STARTS + 1):
+        nb, cells_started = nbformat.read(path, as_version=4), []
+        try:
+            result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=settings["timeout"],
+                                         allow_errors=settings["allow_errors"], meta_override=True,
+                                         on_cell_start=on_start, on_cell_executed=on_done)
+        except Exception as exc:  # the kernel died or never started; a cell's own error is in result.err
+            _forget_exit_cleanup(exc)
+            if not cells_started and attempt < KERNEL_STARTS:
+                print(f"execute: {name}: the kernel died before its first cell ({exc}); "
+                      f"starting another ({attempt + 1} of {KERNEL_STARTS})", flush=True)
+                continue
+            return path, nb, time.perf_counter() - began, traceback.format_exc()
+        return path, result.nb, result.time, result.exc_string if result.err is not None else None
 
 
 def main(argv=None) -> int:
@@ -279,9 +317,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="posenc-costs-") as logs, \
             ProcessPoolExecutor(max_workers=min(args.jobs, len(todo))) as pool:
         log_of = {str(path): os.path.join(logs, f"{i}.jsonl") for i, path in enumerate(todo)}
-        futures = [pool.submit(_execute, str(path), settings, threads, log_of[str(path)]) for path in todo]
+        futures = {pool.submit(_execute, str(path), settings, threads, log_of[str(path)]): str(path) for path in todo}
         for future in as_completed(futures):
-            path, nb, seconds, error = future.result()
+            try:
+                path, nb, seconds, error = future.result()
+            except Exception as exc:  # the worker process itself died (killed, out of memory)
+                path, nb, seconds, error = futures[future], None, time.perf_counter() - start, repr(exc)
             name = Path(path).relative_to(ROOT).as_posix()
             costs.append(cost_row(name, seconds, read_cost_log(log_of[path]), threads, facts))
             if error is not None:
