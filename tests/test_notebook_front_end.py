@@ -110,7 +110,8 @@ def lab(tmp_path_factory):
         [str(LAB), "--no-browser", "--allow-root", f"--port={port}", "--ServerApp.ip=127.0.0.1",
          f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--expose-app-in-browser",
          "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--LabApp.extension_manager=readonly"],
+         "--LabApp.extension_manager=readonly",
+         "--KernelManager.transport=ipc"],  # kernels on socket files: no TCP port to share with other kernels
         stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
