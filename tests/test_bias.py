@@ -1,4 +1,4 @@
-"""Tests for posenc.bias: KERPLE, Sandwich and the T5 bias."""
+"""Tests for the bias kernels: posenc.kerple, posenc.sandwich and posenc.t5."""
 
 import math
 
@@ -7,15 +7,9 @@ import pytest
 import torch
 
 import posenc as pe
-from posenc.bias import (
-    KerpleBias,
-    T5RelativeBias,
-    kerple_log_bias,
-    kerple_power_bias,
-    sandwich_bias,
-    sandwich_qk,
-    t5_relative_buckets,
-)
+from posenc.kerple import KerpleBias, kerple_log_bias, kerple_power_bias
+from posenc.sandwich import sandwich_bias, sandwich_qk
+from posenc.t5 import T5RelativeBias, t5_relative_buckets
 
 
 # --------------------------------------------------------------------------- T5

@@ -69,18 +69,9 @@ from .alibi import (
     alibi_bias,
     ALiBi,
 )
-from .bias import (
-    kerple_power_bias,
-    kerple_log_bias,
-    KerpleBias,
-    sandwich_bias,
-    sandwich_qk,
-    t5_relative_buckets,
-    T5RelativeBias,
-    Kerple,
-    Sandwich,
-    T5Bias,
-)
+from .kerple import kerple_power_bias, kerple_log_bias, KerpleBias, Kerple
+from .sandwich import sandwich_bias, sandwich_qk, Sandwich
+from .t5 import t5_relative_buckets, T5RelativeBias, T5Bias
 from .xpos import (
     xpos_zeta,
     xpos_scales,

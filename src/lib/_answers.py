@@ -14,7 +14,7 @@ from typing import List, Tuple
 import torch
 
 from .alibi import alibi_slopes
-from .bias import kerple_log_bias, kerple_power_bias, t5_relative_buckets
+from .kerple import kerple_log_bias, kerple_power_bias
 from .layers import block_diagonal_mask
 from .linear import linear_attention
 from .masks import relative_positions, sliding_window_mask
@@ -23,6 +23,7 @@ from .forgetting import forgetting_bias
 from .rotary import (p_rope_frequencies, rope_frequencies, rope_frequencies_interpolated, rope_frequencies_ntk,
                      yarn_attention_factor)
 from .sinusoidal import sinusoidal_period_coverage
+from .t5 import t5_relative_buckets
 from .xpos import xpos_scales
 
 

@@ -194,3 +194,11 @@ def sliding_window_mask(
     if sinks:
         near = near | (torch.arange(rel.shape[1], device=rel.device) < sinks)
     return near & (rel <= 0) if causal else near
+
+
+# Shared by the bias schemes (KERPLE, Sandwich, T5): their bias read along one row, by distance.
+
+
+def _by_distance(bias: torch.Tensor) -> torch.Tensor:
+    """``(heads, 1, n)`` bias of the last of ``n`` queries -> ``(heads, n)`` by distance ``0 .. n-1``."""
+    return bias[:, 0].flip(-1)
