@@ -18,8 +18,8 @@ key cannot describe (a forward hook, a replaced ``forward``, a setting of a
 kind it does not know) is evaluated and not cached. An entry is written
 atomically with a digest of its result (:func:`digest`) and checked when
 read: one whose result no longer matches its digest (a damaged or edited
-file), or that cannot be used otherwise, is warned about and replaced; an
-entry without a digest (written by an earlier version) is checked as before.
+file), that has no digest, or that cannot be used otherwise, is warned about
+and replaced.
 ``POSENC_EVAL_CACHE=0`` turns the cache off; delete the folder to measure
 everything anew.
 """
@@ -169,9 +169,8 @@ def _path(key: str) -> Path:
 def load(key: Optional[str], check: Callable[[Any], Any]) -> Optional[Any]:
     """The stored result of ``key`` passed through ``check`` (which raises on a wrong one), or ``None``.
 
-    An entry whose result does not match its stored digest is warned about and
-    ``None`` returned (measured again); one without a digest (an earlier
-    version's) is passed to ``check`` as before.
+    An entry whose result does not match its stored digest, or that has none, is
+    warned about and ``None`` returned (measured again).
     """
     if key is None:
         return None
@@ -182,7 +181,9 @@ def load(key: Optional[str], check: Callable[[Any], Any]) -> Optional[Any]:
         saved = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(saved, dict) or saved.get("key") != key:
             raise ValueError("it holds another evaluation")
-        if "digest" in saved and saved["digest"] != digest(saved["result"]):
+        if "digest" not in saved:
+            raise ValueError("it has no digest to check its result against")
+        if saved["digest"] != digest(saved["result"]):
             raise ValueError("its result does not match its digest (the file was changed or damaged)")
         return check(saved["result"])
     except Exception as err:  # truncated, garbled, of another shape: never trusted, measured again

@@ -216,7 +216,8 @@ def _run_digest(state: Dict[str, torch.Tensor], losses: List[float], grad_norms:
 def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.device) -> Optional[Dict[str, Any]]:
     """The cached run at ``path`` loaded into ``model``, or None (absent, or unusable: warned, to be retrained).
 
-    An entry with a digest must match it; one without (an earlier version's) is loaded as before.
+    Its weights and histories must match its digest, and its weights be finite: an entry without a
+    digest (edited, or an earlier version's) is not trusted.
     """
     try:
         if path.is_dir():
@@ -232,9 +233,15 @@ def _load_run(path: Path, config: Dict[str, Any], model: TinyLM, device: torch.d
         steps = config["train"]["steps"]
         if len(losses) != steps or len(norms) != steps:
             raise ValueError(f"it records {len(losses)} steps, not {steps}")
-        if "digest" in saved and saved["digest"] != _run_digest(saved["state_dict"], saved["losses"],
-                                                                saved["grad_norms"]):
+        if "digest" not in saved:
+            raise ValueError("it has no digest to check its weights against (an edited entry, or an earlier "
+                             "version's)")
+        if saved["digest"] != _run_digest(saved["state_dict"], saved["losses"], saved["grad_norms"]):
             raise ValueError("its weights or histories do not match its digest (the file was changed or damaged)")
+        if not all(math.isfinite(x) for x in losses):
+            raise ValueError("a recorded loss is NaN or infinite")
+        if not all(bool(torch.isfinite(t).all()) for t in saved["state_dict"].values() if t.is_floating_point()):
+            raise ValueError("a stored weight is NaN or infinite")
         model.load_state_dict(saved["state_dict"])
         return dict(losses=losses, grad_norms=norms, seconds=float(saved["seconds"]))
     except Exception as err:  # truncated, empty, garbled or mismatched: never trust it, never fail on it
