@@ -142,7 +142,12 @@ def test_bad_measurements_are_refused():
     with pytest.raises(ValueError, match="not finite"):
         pe.judge(S(1, 2, float("nan")), S(4, 5, 6), better="lower")
     with pytest.raises(ValueError, match="Spread over seeds or a finite number"):
-        pe.judge([1, 2, 3], S(4, 5, 6), better="lower")
+        pe.judge(S(1, 2, 3), [4, 5, 6], better="lower")
+    for one_number in (1, 0.01, [1, 2, 3]):  # the claim and its control are measured over seeds; only against may be a threshold
+        with pytest.raises(ValueError, match="claimed must be a posenc.Spread over at least 3 seeds"):
+            pe.judge(one_number, S(4, 5, 6), better="lower")
+        with pytest.raises(ValueError, match="control at 2L must be a posenc.Spread"):
+            pe.judge({"2L": S(1, 2, 3)}, {"2L": 0.05}, better="lower", control={"2L": one_number})
     with pytest.raises(ValueError, match="conditions of claimed"):
         pe.judge({"2L": S(1, 2, 3)}, {"4L": S(4, 5, 6)}, better="lower")
     with pytest.raises(ValueError, match="conditions of claimed"):

@@ -136,6 +136,14 @@ def test_per_seed_refuses_a_seed_list_that_is_not_a_list(bad):
         pe.per_seed(lambda seed: seed, bad)
 
 
+def test_a_repeated_seed_is_refused_everywhere_seeds_are_listed():
+    """[0, 0, 0] is one run three times: its zero-width spread would pass for three seeds that agree."""
+    for call in (lambda: pe.per_seed(lambda seed: seed, [0, 0, 1]), lambda: pe.over_seeds(lambda seed: seed, [4, 4]),
+                 lambda: pe.train_seeds(lambda: pe.TinyLM(8, 16, 1, 2), pe.MarkovChain(vocab_size=8), [3, 1, 3], steps=1)):
+        with pytest.raises(ValueError, match=r"must not repeat a seed, got .* \(.*more than once\)"):
+            call()
+
+
 def test_over_seeds_calls_every_seed(monkeypatch):
     monkeypatch.delenv("POSENC_SEED", raising=False)
     seen = []

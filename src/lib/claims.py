@@ -68,7 +68,11 @@ class Verdict(str):
         return self[:1].upper() + self[1:]
 
 
-def _check_measured(name: str, x: Any, min_seeds: int) -> Measured:
+def _check_measured(name: str, x: Any, min_seeds: int, number: bool = True) -> Measured:
+    """``x`` checked: a spread over at least ``min_seeds`` seeds, or (``number``) a finite number, a threshold."""
+    if not number and not isinstance(x, Spread):
+        raise ValueError(f"{name} must be a posenc.Spread over at least {min_seeds} seeds (one number is one "
+                         f"measurement, not a test over seeds), got {x!r}")
     if isinstance(x, Spread):
         if len(x.values) < min_seeds:
             raise ValueError(f"{name} must hold at least {min_seeds} seeds to be compared, got {len(x.values)}")
@@ -201,10 +205,10 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
     control_at = None if control is None else _same_conditions("control", _conditions("control", control), claimed_at)
     for key in claimed_at:  # every value checked, even where the verdict is decided before it is read
         where = f" at {key}" if key else ""
-        claimed_at[key] = _check_measured(f"claimed{where}", claimed_at[key], min_seeds)
+        claimed_at[key] = _check_measured(f"claimed{where}", claimed_at[key], min_seeds, number=False)
         against_at[key] = _check_measured(f"against{where}", against_at[key], min_seeds)
         if control_at is not None:
-            control_at[key] = _check_measured(f"control{where}", control_at[key], min_seeds)
+            control_at[key] = _check_measured(f"control{where}", control_at[key], min_seeds, number=False)
     if untested is not None:
         return Verdict("not tested here", untested.strip())
     missing = sorted(set(needs) & set(unsolved))

@@ -108,12 +108,15 @@ def per_seed(measure: Callable[[int], Any], seed_list: Optional[Sequence[int]] =
 
 
 def _seed_list(seed_list: Optional[Sequence[int]]) -> List[int]:
-    """``seed_list`` checked (a non-empty list of integers >= 0), or :func:`seeds` for ``None``."""
+    """``seed_list`` checked (a non-empty list of distinct integers >= 0), or :func:`seeds` for ``None``."""
     if seed_list is None:
         return seeds()
     checked = [check_int("every seed", s, 0) for s in check_sequence("seed_list", seed_list, "seeds (integers >= 0)")]
     if not checked:
         raise ValueError("seed_list must not be empty")
+    repeated = sorted({s for s in checked if checked.count(s) > 1})
+    if repeated:  # the same run again: a spread over copies of one seed would look like agreement between seeds
+        raise ValueError(f"seed_list must not repeat a seed, got {checked} ({', '.join(map(str, repeated))} more than once)")
     return checked
 
 
