@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import posenc as pe
 from posenc import linear as L
+from posenc import transnormer as T
 
 METHODS = ["chunked", "recurrent", "cumsum", "quadratic"]
 
@@ -131,7 +132,7 @@ def _check_causal(fn, n=20, t=11):
 def test_causality_linear(method):
     _check_causal(lambda q, k, v: L.linear_attention(q, k, v, method=method, chunk_size=4))
     _check_causal(lambda q, k, v: L.linear_attention(q, k, v, method=method, chunk_size=4, normalize=False))
-    _check_causal(lambda q, k, v: L.norm_attention(q, k, v, method=method, chunk_size=4))
+    _check_causal(lambda q, k, v: T.norm_attention(q, k, v, method=method, chunk_size=4))
     _check_causal(lambda q, k, v: L.rope_linear_attention(q, k, v, method=method, chunk_size=4))
 
 
@@ -142,7 +143,7 @@ def test_causality_diag(kind):
 
 def test_shapes_and_dtype():
     q, k, v = qkv(b=2, h=3, n=10, d=8, e=5, dtype=torch.float32)
-    for out in (L.linear_attention(q, k, v), L.norm_attention(q, k, v), pe.diag_attention(q, k, v, block_size=4),
+    for out in (L.linear_attention(q, k, v), T.norm_attention(q, k, v), pe.diag_attention(q, k, v, block_size=4),
                 L.rope_linear_attention(q, k, v), L.linear_attention(q, k, v, causal=False)):
         assert out.shape == (2, 3, 10, 5) and out.dtype == torch.float32
 
@@ -154,7 +155,7 @@ def test_shapes_and_dtype():
 
 def test_norm_attention_is_rmsnorm_of_numerator_over_concatenated_heads():
     q, k, v = qkv(b=2, h=3, n=12, d=8, e=6)
-    out = L.norm_attention(q, k, v, eps=0.0)
+    out = T.norm_attention(q, k, v, eps=0.0)
     num = reference_linear(q, k, v, normalize=False)  # (b, h, n, e)
     merged = num.transpose(1, 2).reshape(2, 12, 18)
     expected = merged / merged.pow(2).mean(-1, keepdim=True).sqrt()
@@ -165,11 +166,11 @@ def test_norm_attention_is_rmsnorm_of_numerator_over_concatenated_heads():
 
 def test_norm_attention_per_head_and_gain():
     q, k, v = qkv(b=1, h=2, n=9, d=4, e=4)
-    out = L.norm_attention(q, k, v, eps=0.0, per_head=True)
+    out = T.norm_attention(q, k, v, eps=0.0, per_head=True)
     assert torch.allclose(out.pow(2).mean(-1).sqrt(), torch.ones(1, 2, 9, dtype=torch.float64), atol=1e-12)
     gain = torch.arange(1.0, 9.0, dtype=torch.float64)
-    with_gain = L.norm_attention(q, k, v, eps=0.0, weight=gain)
-    plain = L.norm_attention(q, k, v, eps=0.0)
+    with_gain = T.norm_attention(q, k, v, eps=0.0, weight=gain)
+    plain = T.norm_attention(q, k, v, eps=0.0)
     assert torch.allclose(with_gain, plain * gain.reshape(2, 4)[None, :, None, :], atol=1e-12)
 
 
@@ -178,7 +179,7 @@ def test_rms_norm_jacobian_bounded_by_inverse_sqrt_eps():
     eps = 1e-4
     for scale in (1e-6, 1e-2, 1.0, 1e3):
         x = torch.randn(16, dtype=torch.float64) * scale
-        jac = torch.autograd.functional.jacobian(lambda t: L.rms_norm(t, eps), x)
+        jac = torch.autograd.functional.jacobian(lambda t: T.rms_norm(t, eps), x)
         assert torch.linalg.matrix_norm(jac, ord=2) <= 1 / math.sqrt(eps) + 1e-9
 
 
@@ -271,7 +272,7 @@ def brute_force_locality(w, r):
 def test_locality_matches_brute_force():
     w = torch.rand(23, 23, dtype=torch.float64).tril()
     ratios = [0.0, 0.04, 0.1, 0.25, 0.5, 0.77, 1.0]
-    curve = L.locally_accumulated_attention(w, ratios)
+    curve = T.locally_accumulated_attention(w, ratios)
     for r, value in zip(ratios, curve):
         assert math.isclose(value.item(), brute_force_locality(w, r), rel_tol=1e-12, abs_tol=1e-12)
 
@@ -281,14 +282,14 @@ def test_locality_reference_cases():
     ratios = torch.linspace(0, 1, 11)
     uniform = torch.full((n, n), 1.0 / n, dtype=torch.float64)
     sizes = torch.floor(ratios.double() * n + 0.5)
-    assert torch.allclose(L.locally_accumulated_attention(uniform, ratios), sizes / n)
+    assert torch.allclose(T.locally_accumulated_attention(uniform, ratios), sizes / n)
     identity = torch.eye(n, dtype=torch.float64)
-    assert torch.allclose(L.locally_accumulated_attention(identity, ratios[1:]), torch.ones(10, dtype=torch.float64))
-    assert L.locally_accumulated_attention(identity, 0.0).item() == 0.0
+    assert torch.allclose(T.locally_accumulated_attention(identity, ratios[1:]), torch.ones(10, dtype=torch.float64))
+    assert T.locally_accumulated_attention(identity, 0.0).item() == 0.0
     w = torch.rand(2, 3, n, n).tril()
-    curve = L.locally_accumulated_attention(w, ratios)
+    curve = T.locally_accumulated_attention(w, ratios)
     assert (curve.diff() >= -1e-12).all() and math.isclose(curve[-1].item(), 1.0)
-    assert L.locally_accumulated_attention(w, ratios, per_query=True).shape == (2, 3, n, 11)
+    assert T.locally_accumulated_attention(w, ratios, per_query=True).shape == (2, 3, n, 11)
 
 
 def test_locality_softmax_with_local_bias_beats_uniform():
@@ -298,7 +299,7 @@ def test_locality_softmax_with_local_bias_beats_uniform():
     local = torch.softmax((rel * 0.5).masked_fill(rel > 0, float("-inf")), -1)
     flat = torch.ones(n, n, dtype=torch.float64).tril()
     r = torch.linspace(0.05, 0.95, 19)
-    assert (L.locally_accumulated_attention(local, r) > L.locally_accumulated_attention(flat, r)).all()
+    assert (T.locally_accumulated_attention(local, r) > T.locally_accumulated_attention(flat, r)).all()
 
 
 # ---------------------------------------------------------------------------
@@ -307,14 +308,14 @@ def test_locality_softmax_with_local_bias_beats_uniform():
 
 
 def test_gradient_relative_std():
-    assert L.gradient_relative_std([1.0, 3.0]) == 0.5
-    assert L.gradient_relative_std(torch.full((10,), 2.0)) == 0.0
+    assert T.gradient_relative_std([1.0, 3.0]) == 0.5
+    assert T.gradient_relative_std(torch.full((10,), 2.0)) == 0.0
     x = torch.rand(100, dtype=torch.float64) + 1
-    assert math.isclose(L.gradient_relative_std(x), (x.std(unbiased=False) / x.mean()).item())
+    assert math.isclose(T.gradient_relative_std(x), (x.std(unbiased=False) / x.mean()).item())
     with pytest.raises(ValueError):
-        L.gradient_relative_std([1.0])
+        T.gradient_relative_std([1.0])
     with pytest.raises(ValueError):
-        L.gradient_relative_std([-1.0, -2.0])
+        T.gradient_relative_std([-1.0, -2.0])
 
 
 # ---------------------------------------------------------------------------
@@ -335,11 +336,11 @@ def test_value_errors():
     with pytest.raises(ValueError, match="same shape"):
         L.linear_attention(q, k[:, :, :7], v)
     with pytest.raises(ValueError, match="v must be"):
-        L.norm_attention(q, k, v[:, :, :7])
+        T.norm_attention(q, k, v[:, :, :7])
     with pytest.raises(ValueError, match="ratios"):
-        L.locally_accumulated_attention(torch.eye(4), 1.5)
+        T.locally_accumulated_attention(torch.eye(4), 1.5)
     with pytest.raises(ValueError, match="non-negative"):
-        L.locally_accumulated_attention(-torch.eye(4), 0.5)
+        T.locally_accumulated_attention(-torch.eye(4), 0.5)
 
 
 def test_chunked_gradients_equal_quadratic():
@@ -350,7 +351,7 @@ def test_chunked_gradients_equal_quadratic():
         grads.append(torch.autograd.grad(out.square().sum(), (q, k, v)))
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-10)
-    assert torch.autograd.gradcheck(lambda a, b, c: L.norm_attention(a, b, c, chunk_size=5), (q, k, v))
+    assert torch.autograd.gradcheck(lambda a, b, c: T.norm_attention(a, b, c, chunk_size=5), (q, k, v))
 
 
 @pytest.mark.parametrize("chunk_size", [16, 64, 100])
@@ -371,7 +372,7 @@ def test_chunked_across_segments(chunk_size):
 @pytest.mark.parametrize("method", METHODS)
 def test_empty_sequences_give_empty_outputs(method):
     q, k, v = qkv(n=0)
-    for fn in (L.linear_attention, L.norm_attention, L.rope_linear_attention):
+    for fn in (L.linear_attention, T.norm_attention, L.rope_linear_attention):
         assert fn(q, k, v, method=method).shape == (2, 3, 0, 6)
     assert L.linear_attention(q[:0], k[:0], v[:0], method=method).shape == (0, 3, 0, 6)
     assert pe.diag_attention(q, k, v).shape == (2, 3, 0, 6)
@@ -379,11 +380,11 @@ def test_empty_sequences_give_empty_outputs(method):
 
 def test_meta_tensors_give_shapes():
     q, k, v = (t.to("meta") for t in qkv(n=9))
-    for out in (L.linear_attention(q, k, v), L.norm_attention(q, k, v), L.rope_linear_attention(q, k, v),
+    for out in (L.linear_attention(q, k, v), T.norm_attention(q, k, v), L.rope_linear_attention(q, k, v),
                 pe.diag_attention(q, k, v, block_size=4)):
         assert out.shape == (2, 3, 9, 6) and out.is_meta
     with pytest.raises(ValueError, match="meta"):
-        L.locally_accumulated_attention(torch.eye(4, device="meta"), 0.5)
+        T.locally_accumulated_attention(torch.eye(4, device="meta"), 0.5)
 
 
 def test_clear_errors_for_tensors_of_the_wrong_kind():
@@ -395,19 +396,19 @@ def test_clear_errors_for_tensors_of_the_wrong_kind():
         ((q, k, v.to("meta")), ValueError, "one dtype and device"),
         ((q, k, v.transpose(1, 2)), ValueError, "batch, seq, heads"),
     ]
-    for fn in (L.linear_attention, L.norm_attention, L.rope_linear_attention, pe.diag_attention):
+    for fn in (L.linear_attention, T.norm_attention, L.rope_linear_attention, pe.diag_attention):
         for args, error, match in cases:
             with pytest.raises(error, match=match):
                 fn(*args)
     with pytest.raises(TypeError, match="causal"):
         L.linear_attention(q, k, v, causal=None)
     with pytest.raises(ValueError, match="floating-point"):
-        L.rms_norm(torch.ones(3, dtype=torch.long))
+        T.rms_norm(torch.ones(3, dtype=torch.long))
     with pytest.raises(ValueError, match="dim"):
-        L.rms_norm(torch.ones(3), dim=1)
+        T.rms_norm(torch.ones(3), dim=1)
     with pytest.raises(TypeError, match="weight"):
-        L.rms_norm(torch.ones(3), weight=[1.0, 1.0, 1.0])
+        T.rms_norm(torch.ones(3), weight=[1.0, 1.0, 1.0])
     with pytest.raises(TypeError, match="values"):
-        L.gradient_relative_std("ab")
+        T.gradient_relative_std("ab")
     with pytest.raises(TypeError, match="ratios"):
-        L.locally_accumulated_attention(torch.eye(4), "half")
+        T.locally_accumulated_attention(torch.eye(4), "half")

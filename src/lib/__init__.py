@@ -116,9 +116,13 @@ from .linear import (
     feature_map,
     linear_attention,
     linear_attention_weights,
+    rope_linear_attention,
+)
+from .transnormer import (
     rms_norm,
     norm_attention,
-    rope_linear_attention,
+    block_diagonal_mask,
+    diag_attention,
     locally_accumulated_attention,
     gradient_relative_std,
     transnormer_layout,
@@ -134,8 +138,6 @@ from .decay import (
 from .layers import (
     ATTENTION_KINDS,
     Positions,
-    block_diagonal_mask,
-    diag_attention,
     SoftmaxAttention,
     LinearAttention,
     NormAttention,
@@ -152,7 +154,6 @@ from .scheme import (  # after the topic modules, which register their schemes
     PositionScheme,
     NoPE,
     LayerSchemes,
-    POSITION_SCHEMES,
     register_scheme,
     position_scheme,
 )
@@ -403,3 +404,12 @@ if not TYPE_CHECKING:
     attention = _sys.modules[__name__ + ".attention"]  # noqa: F811
     del _sys
 del TYPE_CHECKING
+
+
+def __getattr__(name: str):
+    """``pe.POSITION_SCHEMES`` read when asked for: it lists the schemes you register too."""
+    if name == "POSITION_SCHEMES":
+        from . import scheme
+
+        return scheme.POSITION_SCHEMES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

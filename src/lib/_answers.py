@@ -15,7 +15,6 @@ import torch
 
 from .alibi import alibi_slopes
 from .kerple import kerple_log_bias, kerple_power_bias
-from .layers import block_diagonal_mask
 from .linear import linear_attention
 from .masks import relative_positions, sliding_window_mask
 from .extend import rope_frequencies_dynamic_ntk
@@ -24,6 +23,7 @@ from .rotary import (p_rope_frequencies, rope_frequencies, rope_frequencies_inte
                      yarn_attention_factor)
 from .sinusoidal import sinusoidal_period_coverage
 from .t5 import t5_relative_buckets
+from .transnormer import block_diagonal_mask
 from .xpos import xpos_scales
 
 

@@ -39,7 +39,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 
 from .runtime import _atomic_save, cache_dir
-from .scheme import PositionScheme, _source_hash
+from ._source import _source_hash
+from .scheme import PositionScheme
 
 _VERSION = 1
 
@@ -223,7 +224,7 @@ def scheme_classes(model: torch.nn.Module) -> Dict[str, Any]:
 
 
 def code_hash(cls: type) -> str:  # not cached: a module constant may change while the class stays
-    """The scheme's source hash (:func:`posenc.scheme._source_hash`) with the module constants it reads named
+    """The scheme's source hash (:func:`posenc._source._source_hash`) with the module constants it reads named
     without their module: the code and the constants' values, wherever the class was imported from."""
     return _source_hash(cls, module_names=False)
 

@@ -127,5 +127,7 @@ class ALiBi(PositionScheme):
 
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         self._require_bound()
-        distance = torch.arange(check_int("length", length, 0), device=_device(device), dtype=_float_dtype(dtype))
-        return -self.alibi_slopes.to(device=device, dtype=dtype)[:, None] * distance
+        dtype = _float_dtype(dtype)
+        work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # float16 ends at 65504
+        distance = torch.arange(check_int("length", length, 0), device=_device(device), dtype=work)
+        return (-self.alibi_slopes.to(device=device, dtype=work)[:, None] * distance).to(dtype)

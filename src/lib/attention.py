@@ -251,22 +251,29 @@ def _relative_inputs(q, k, v, slopes, distance_bias, window):
             raise ValueError(f"distance_bias covers distances 0..{distance_bias.shape[1] - 1} but "
                              f"k_len = {k_len} needs 0..{k_len - 1}")
         distance_bias = distance_bias[:, :k_len].to(q.device)
+        if distance_bias.is_cpu and bool((distance_bias.isnan() | (distance_bias == math.inf)).any()):
+            raise ValueError("distance_bias must hold finite values, or -inf to mask a distance; got NaN or +inf")
     return slopes, distance_bias, None if window is None else check_int("window", window)
 
 
 def _distance_values(d, slopes, distance_bias, window, dtype):
-    """Bias at integer distances ``d`` (any shape) per head: ``(heads, *d.shape)``, -inf where not allowed."""
+    """Bias at integer distances ``d`` (any shape) per head: ``(heads, *d.shape)``, -inf where not allowed.
+
+    Computed in float32 for half precision (cast at the end): float16 holds no distance above 65504, and
+    bfloat16 rounds distances above 256.
+    """
     heads = slopes.shape[0] if slopes is not None else distance_bias.shape[0] if distance_bias is not None else 1
     shape = (heads,) + (1,) * d.ndim
     allowed = d >= 0
     if window is not None:
         allowed = allowed & (d < window)
-    out = torch.zeros(shape, dtype=dtype, device=d.device).expand(heads, *d.shape)
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    out = torch.zeros(shape, dtype=work, device=d.device).expand(heads, *d.shape)
     if slopes is not None:
-        out = out - slopes.to(dtype).view(shape) * d.clamp(min=0).to(dtype)
+        out = out - slopes.to(work).view(shape) * d.clamp(min=0).to(work)
     if distance_bias is not None:
-        out = out + distance_bias.to(dtype)[:, d.clamp(min=0, max=distance_bias.shape[1] - 1)]
-    return out.masked_fill(~allowed, float("-inf"))
+        out = out + distance_bias.to(work)[:, d.clamp(min=0, max=distance_bias.shape[1] - 1)]
+    return out.masked_fill(~allowed, float("-inf")).to(dtype)
 
 
 def _path_naive(q, k, v, scale, slopes, distance_bias, window):

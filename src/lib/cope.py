@@ -70,8 +70,16 @@ def cope_positions(gates: torch.Tensor, n_positions: Optional[int] = None) -> to
     tensor([[1.0000, 0.0000],
             [1.5000, 1.0000]])
     """
-    if not isinstance(gates, torch.Tensor) or not gates.is_floating_point() or gates.ndim < 2:
+    if not isinstance(gates, torch.Tensor) or not gates.is_floating_point() or gates.ndim < 2 \
+            or gates.shape[-1] != gates.shape[-2]:
         raise ValueError(f"gates must be a floating tensor (..., n, n), got {getattr(gates, 'shape', type(gates))}")
+    if not gates.is_meta and gates.numel() and not bool(((gates >= 0) & (gates <= 1)).all()):
+        raise ValueError("gates must lie in [0, 1] (sigmoids; no NaN): a count of them is a position >= 0")
+    return _count(gates, n_positions)
+
+
+def _count(gates: torch.Tensor, n_positions: Optional[int]) -> torch.Tensor:
+    """:func:`cope_positions` without its checks: for gates that :func:`cope_attention` computed."""
     positions = gates.flip(-1).cumsum(-1).flip(-1)
     if n_positions is not None:
         positions = positions.clamp(max=check_int("n_positions", n_positions, low=2) - 1)
@@ -192,7 +200,7 @@ def cope_attention(
     allowed = _allowed(q.shape[2], window, q.device)
     scores = scaled @ k.transpose(-2, -1) * scale
     gates = torch.sigmoid(scores).masked_fill(~allowed, 0.0)
-    positions = cope_positions(gates, embeddings.shape[0])  # in [0, n_positions - 1]: sums of gates, capped
+    positions = _count(gates, embeddings.shape[0])  # in [0, n_positions - 1]: sums of gates, capped
     logits = (scores + _position_logits(q, embeddings, positions)).masked_fill(~allowed, float("-inf"))
     weights = logits.softmax(-1)  # every row allows its diagonal (a window holds at least the query itself)
     out = weights @ v
@@ -247,4 +255,8 @@ class CoPE(PositionScheme):
         if sinks or check_bool("cache_positions", cache_positions):
             raise ValueError("CoPE counts positions from the content: it does not combine with StreamingLLM's "
                              "kept first tokens (model.sinks)")
+        layer = check_int("layer", layer, low=0)
+        if layer >= len(self.embeddings):
+            raise ValueError(f"layer must be one of the model's {len(self.embeddings)} layers (0 .. "
+                             f"{len(self.embeddings) - 1}), got {layer}")
         return cope_attention(q, k, v, self.embeddings[layer], window=window, return_weights=return_weights)

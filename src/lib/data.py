@@ -221,20 +221,44 @@ class MarkovChain:
         ``H = sum_c pi(c) H(P(. | c))`` with ``pi`` the stationary distribution of contexts (power iteration
         on the chain of contexts). Sequences start from uniformly random contexts; with ``alpha`` well below
         1 the chain mixes within a few tokens, so the loss of long sequences approaches ``H``.
+
+        A chain that is periodic, or nearly so, makes the power iteration
+        oscillate: it then goes on with the lazy chain ``(pi + pi P) / 2``, which
+        has the same stationary distribution and no period, and for a chain
+        that mixes slowly takes 2^60 of its steps at once by squaring its
+        matrix (up to 1024 contexts). Where none of these settles it raises
+        ``ValueError`` rather than give a wrong rate.
         """
         v, k = self.vocab_size, self.order
         p = self.transitions  # (V^k, V)
         h_ctx = -torch.special.xlogy(p, p).sum(-1)  # (V^k,)
         pi = torch.full((v ** k,), 1.0 / v ** k, dtype=torch.float64)
         shift = torch.arange(v ** k) % (v ** (k - 1)) * v  # next context = (c mod V^(k-1)) V + x
-        for _ in range(2000):
-            new = torch.zeros_like(pi)
-            new.index_add_(0, (shift[:, None] + torch.arange(v)).flatten(), (pi[:, None] * p).flatten())
-            if torch.allclose(new, pi, atol=1e-13, rtol=0):
+        to = (shift[:, None] + torch.arange(v)).flatten()
+
+        def step(pi: torch.Tensor) -> torch.Tensor:  # pi P
+            return torch.zeros_like(pi).index_add_(0, to, (pi[:, None] * p).flatten())
+
+        for lazy in (False, True):
+            for _ in range(2000):
+                new = step(pi)
+                if lazy:
+                    new = (pi + new) / 2
+                if torch.allclose(new, pi, atol=1e-13, rtol=0):
+                    return float((new * h_ctx).sum())
                 pi = new
-                break
-            pi = new
-        return float((pi * h_ctx).sum())
+        if v ** k <= 1024:  # a slow chain: 2^60 lazy steps at once, by squaring its (V^k, V^k) matrix
+            lazy_matrix = torch.zeros(v ** k, v ** k, dtype=torch.float64)
+            lazy_matrix.index_put_((torch.arange(v ** k).repeat_interleave(v), to), p.flatten(), accumulate=True)
+            lazy_matrix = (lazy_matrix + torch.eye(v ** k, dtype=torch.float64)) / 2
+            for _ in range(60):  # each row renormalised: a row sum 1 + e would grow as (1 + e)^(2^60)
+                lazy_matrix = lazy_matrix @ lazy_matrix
+                lazy_matrix = lazy_matrix / lazy_matrix.sum(1, keepdim=True)
+            new = pi @ lazy_matrix
+            if torch.allclose(new @ lazy_matrix, new, atol=1e-13, rtol=0):
+                return float((new * h_ctx).sum())
+        raise ValueError(f"{self!r} mixes too slowly: its distribution of contexts did not settle, so it has no "
+                         "entropy rate to report here (raise alpha, or use another seed)")
 
 
 # First-token retrieval: global context -------------------------------------

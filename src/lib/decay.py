@@ -61,12 +61,14 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ._validate import check_bool, check_float_dtype, check_int, check_number, one_of
 from .alibi import alibi_slopes
-from .linear import FeatureMap, _check_eps, _check_qkv, feature_map, rms_norm
+from .linear import FeatureMap, _check_eps, _check_qkv, feature_map
+from .transnormer import rms_norm
 from .masks import _as_tensor, _LAYOUT
 
 __all__ = [
@@ -186,8 +188,9 @@ def gate_decay(logits: torch.Tensor, temperature: float = 16.0, *, log: bool = F
 def _log_gates(gamma: Any, q: torch.Tensor, log_space: bool) -> torch.Tensor:
     """``log gamma`` as ``(1 or batch, heads, seq)`` in ``q``'s dtype and device, after checking ``gamma``."""
     b, h, n, _ = q.shape
+    plain = not isinstance(gamma, (torch.Tensor, np.ndarray, np.generic))  # numbers: read in q's dtype, not float32
     try:
-        g = _as_tensor("gamma", gamma)
+        g = _as_tensor("gamma", gamma, dtype=q.dtype if plain and q.is_floating_point() else None)
     except TypeError:
         raise ValueError(f"gamma must be a tensor of decays, got {type(gamma).__name__}") from None
     if tuple(g.shape) not in ((h,), (b, h, n)):

@@ -135,6 +135,9 @@ def evaluate_lengths(
     if not isinstance(model, TinyLM):
         raise ValueError(f"model must be a posenc TinyLM, got {type(model).__name__}")
     _check_data(data)
+    if data.vocab_size != model.vocab_size:  # as pe.train: another task's model gives a plausible, meaningless loss
+        raise ValueError(f"data has vocab_size {data.vocab_size} but the model has {model.vocab_size}: evaluate a "
+                         "model trained on this data")
     lengths = check_sequence("lengths", lengths, "positive integers")
     lengths = list(dict.fromkeys(_positive("every length", n) for n in lengths))
     if not lengths:

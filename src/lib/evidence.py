@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from ._costs import accounted
-from ._validate import check_int, check_sequence
+from ._validate import check_bool, check_int, check_sequence
 from .runtime import _RunBusy
 from .spread import spread
 from .train import (_SET_BAR, TrainResult, _busy_runs_raise, _plan, _progress_bar, _progress_shown, _run,
@@ -53,7 +53,7 @@ def seed_offset() -> int:
     value = os.environ.get(SEED_ENV, "").strip()
     if not value:
         return 0
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # "²" and "٣" are digits to str.isdigit
         raise ValueError(f"${SEED_ENV} must be a non-negative integer, got {value!r}")
     return int(value)
 
@@ -287,7 +287,7 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
                 raise ValueError("make_model must return a new model on every call")
             kwargs = dict(train_kwargs, seed=s, **({} if init is None else {"init": init[i]}))
             jobs.append((name, model, kwargs))
-    progress = train_kwargs.pop("progress", True)
+    progress = check_bool("progress", train_kwargs.pop("progress", True))
     # every run checked, and its cache entry looked up, before any trains
     plans = [_plan(model, data, **{k: v for k, v in kwargs.items() if k != "progress"}, warn_stacklevel=4)
              for _, model, kwargs in jobs]

@@ -324,6 +324,13 @@ beta_fast=32.0, beta_slow=1.0, low_freq_factor=1.0, high_freq_factor=4.0, attent
     if isinstance(spec, str):
         return RopeScaling(spec)
     if isinstance(spec, dict):
+        spellings: Dict[str, list] = {}  # two names of one field ("type", "rope_type") must not disagree
+        for k, v in spec.items():
+            spellings.setdefault(_HF_NAMES.get(k, k), []).append((k, v))
+        for field, given in spellings.items():
+            if len(given) > 1 and any(v != given[0][1] for _, v in given):
+                raise ValueError(f"a rope scaling dict names its {field!r} twice with different values: "
+                                 + ", ".join(f"{k}={v!r}" for k, v in given))
         fields = {_HF_NAMES.get(k, k): v for k, v in spec.items()}
         known = {f.name for f in dataclasses.fields(RopeScaling)}
         if "method" not in fields or set(fields) - known:

@@ -53,7 +53,11 @@ def _check_log_forget(log_forget: torch.Tensor, q: torch.Tensor) -> torch.Tensor
                          f"{tuple(q.shape)}, got {tuple(log_forget.shape)}")
     if log_forget.device != q.device:
         raise ValueError(f"log_forget is on {log_forget.device} but q on {q.device}")
-    if not log_forget.is_meta and not bool((log_forget <= 0).all()):
+    if not log_forget.is_meta and not bool(((log_forget <= 0) & (log_forget > -math.inf)).all()):
+        if bool((log_forget == -math.inf).any()):
+            raise ValueError("log_forget holds logs of gates in (0, 1]: got -inf, a gate of exactly 0 (the cumulative "
+                             "sums would give -inf - (-inf) = NaN); pass F.logsigmoid(gate_logits), which stays "
+                             "finite where log(sigmoid(x)) underflows")
         worst = log_forget.nan_to_num(math.inf).max().item()
         raise ValueError(f"log_forget holds logs of gates in (0, 1]: every entry must be <= 0 (and not NaN), got a "
                          f"largest entry of {worst:g}; pass F.logsigmoid(gate_logits)")

@@ -82,7 +82,10 @@ def _check_values(r1: torch.Tensor, r2: torch.Tensor, r2_max: Optional[float], k
 
 
 def _distances(q_len: int, k_len: Optional[int], like: torch.Tensor) -> torch.Tensor:
-    return relative_positions(q_len, k_len, device=like.device).abs().to(like.dtype)  # (q, k)
+    """``(q, k)`` distances ``|m - n|``, in ``like``'s dtype, or float32 for half precision (float16 holds no
+    distance above 65504, bfloat16 rounds those above 256): the kernel is then computed in float32."""
+    work = torch.float32 if like.dtype in (torch.float16, torch.bfloat16) else like.dtype
+    return relative_positions(q_len, k_len, device=like.device).abs().to(work)
 
 
 def kerple_power_bias(r1: ParamLike, r2: ParamLike, q_len: int, k_len: Optional[int] = None) -> torch.Tensor:
@@ -112,7 +115,7 @@ def kerple_power_bias(r1: ParamLike, r2: ParamLike, q_len: int, k_len: Optional[
     _check_values(r1, r2, 2.0, "power")
     dist = _distances(q_len, k_len, r1)  # (q, k)
     bias = -r1[:, None, None] * dist.pow(r2[:, None, None])  # (heads, q, k)
-    return bias + 0.0  # -0.0 -> +0.0 on the diagonal
+    return (bias + 0.0).to(r1.dtype)  # -0.0 -> +0.0 on the diagonal
 
 
 def kerple_log_bias(r1: ParamLike, r2: ParamLike, q_len: int, k_len: Optional[int] = None) -> torch.Tensor:
@@ -137,7 +140,7 @@ def kerple_log_bias(r1: ParamLike, r2: ParamLike, q_len: int, k_len: Optional[in
     _check_values(r1, r2, None, "log")
     dist = _distances(q_len, k_len, r1)  # (q, k)
     bias = -r1[:, None, None] * torch.log1p(r2[:, None, None] * dist)  # (heads, q, k)
-    return bias + 0.0
+    return (bias + 0.0).to(r1.dtype)
 
 
 class KerpleBias(nn.Module):

@@ -11,7 +11,7 @@ and an output projection. The layers differ only in the mixing:
 ``"norm"``     TransNormer's NormAttention: no denominator, an RMSNorm instead
                (Qin et al., 2022; :func:`posenc.norm_attention`)
 ``"diag"``     TransNormer's DiagAttention: softmax inside non-overlapping blocks
-               (:func:`diag_attention`)
+               (:func:`posenc.diag_attention`)
 ``"decay"``    linear attention whose state decays by a fixed rate per head: RetNet's
                retention (Sun et al., 2023; :func:`posenc.decayed_linear_attention`)
 ``"gated"``    the same with a learned gate per head and step, ``sigmoid(w.x+b)^(1/tau)``
@@ -35,38 +35,28 @@ Tensors inside are ``(batch, heads, seq, head_dim)``.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_bool, check_int, check_number, one_of
 from .attention import attention as _softmax_attention
 from .attention import relative_attention
 from .decay import _decay_value, decay_rates, decayed_attention_weights, decayed_linear_attention, gate_decay
-from .linear import (
-    _check_eps,
-    _check_method,
-    _check_qkv,
-    feature_map,
-    linear_attention,
-    linear_attention_weights,
-    norm_attention,
-    rms_norm,
-)
+from .linear import _check_eps, _check_method, feature_map, linear_attention, linear_attention_weights
 from .masks import _check_tensors
 from .rotary import apply_rope
 from .sinks import sink_attention, sink_logit_attention
 from .ssmax import ssmax_factors
+from .transnormer import block_diagonal_mask, diag_attention, norm_attention
 
 __all__ = [
     "ATTENTION_KINDS",
     "Positions",
-    "block_diagonal_mask",
-    "diag_attention",
     "SoftmaxAttention",
     "LinearAttention",
     "NormAttention",
@@ -78,104 +68,6 @@ __all__ = [
 
 #: The attention kinds of :func:`attention_layer` (and ``TinyLM(attention=...)``).
 ATTENTION_KINDS = ("softmax", "linear", "norm", "diag", "decay", "gated", "forgetting", "stick_breaking")
-
-
-# ---------------------------------------------------------------------------
-# DiagAttention
-# ---------------------------------------------------------------------------
-
-
-def block_diagonal_mask(
-    seq_len: int, block_size: int, *, causal: bool = True, device: Optional[torch.device] = None
-) -> torch.Tensor:
-    """Boolean mask of DiagAttention: tokens attend within their own block only.
-
-    Blocks are ``[0, w), [w, 2w), ...`` (non-overlapping); when ``causal``,
-    also ``j <= i``.
-
-    Returns:
-        ``(seq_len, seq_len)`` bool, True = may attend.
-
-    >>> block_diagonal_mask(4, 2).int()
-    tensor([[1, 0, 0, 0],
-            [1, 1, 0, 0],
-            [0, 0, 1, 0],
-            [0, 0, 1, 1]], dtype=torch.int32)
-    """
-    block_size = check_int("block_size", block_size)
-    seq_len = check_int("seq_len", seq_len, low=0)
-    block = torch.arange(seq_len, device=device) // block_size
-    mask = block[:, None] == block[None, :]
-    if check_bool("causal", causal):
-        mask = mask & torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
-    return mask
-
-
-def diag_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    block_size: int = 64,
-    causal: bool = True,
-    kind: str = "softmax",
-    *,
-    eps: float = 1e-6,
-) -> torch.Tensor:
-    """DiagAttention of TransNormer (Qin et al., 2022, Sec. 4.3): attention inside blocks.
-
-    The sequence is cut into non-overlapping blocks of ``w = block_size``
-    tokens (the tail padded); each block attends only to itself, causally when
-    ``causal``, with queries scaled by ``1 / sqrt(d)``:
-
-    * ``kind="softmax"`` (TransNormer T2): softmax attention in each block,
-      through PyTorch's fused ``scaled_dot_product_attention``;
-    * ``kind="relu"`` (T1, ReLA of Zhang et al., 2021): weights
-      ``relu(q k^T / sqrt(d))``, then an RMSNorm (no gain) of each head's output.
-
-    Implemented by reshaping to ``(batch, heads, n / w, w, dim)``, so it costs
-    ``O(n w d)`` time and ``O(n w)`` memory, never an ``n x n`` matrix. The
-    softmax kind equals :func:`posenc.attention` with
-    ``mask=block_diagonal_mask(n, w)``.
-
-    Args:
-        q, k: ``(batch, heads, seq, dim)``; v: ``(batch, heads, seq, v_dim)``.
-        block_size: ``w >= 1`` (64 in the paper).
-        kind: ``"softmax"`` or ``"relu"``.
-        eps: of the RMSNorm of the ``"relu"`` kind.
-
-    Returns:
-        ``(batch, heads, seq, v_dim)``.
-    """
-    _check_qkv(q, k, v)
-    block_size = check_int("block_size", block_size)
-    if kind not in ("softmax", "relu"):
-        raise ValueError(f"kind must be 'softmax' or 'relu', got {kind!r}")
-    eps, causal = _check_eps(eps), check_bool("causal", causal)
-    b, h, n, d = q.shape
-    e = v.shape[-1]
-    if n == 0:
-        return v.new_zeros(b, h, 0, e)
-    w = min(block_size, n)
-    pad = (-n) % w
-    if pad:
-        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
-    blocks = (n + pad) // w
-    scale = 1.0 / math.sqrt(d)
-    if kind == "softmax":
-        qb, kb, vb = (t.reshape(b, h * blocks, w, t.shape[-1]) for t in (q, k, v))
-        if causal:  # padded keys come after every real query: the causal mask hides them
-            out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale)
-        else:
-            valid = (torch.arange(blocks * w, device=q.device) < n).reshape(blocks, 1, w)
-            mask = valid.expand(h, blocks, 1, w).reshape(1, h * blocks, 1, w)
-            out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
-        return out.reshape(b, h, blocks * w, e)[:, :, :n]
-    qb, kb, vb = (t.reshape(b, h, blocks, w, t.shape[-1]) for t in (q, k, v))
-    weights = torch.relu(qb @ kb.transpose(-2, -1) * scale)  # padded keys are 0 -> weight 0
-    if causal:
-        weights = weights.tril()
-    out = (weights @ vb).reshape(b, h, blocks * w, e)[:, :, :n]
-    return rms_norm(out, eps)
 
 
 # ---------------------------------------------------------------------------
@@ -497,7 +389,7 @@ class NormAttention(_MultiHead):
 
 
 class DiagAttention(_MultiHead):
-    """TransNormer's DiagAttention layer: attention within non-overlapping blocks (:func:`diag_attention`).
+    """TransNormer's DiagAttention layer: attention within non-overlapping blocks (:func:`posenc.diag_attention`).
 
     Args:
         d_model, n_heads, causal, rope, bias, dropout: as in :class:`SoftmaxAttention`.
@@ -621,10 +513,33 @@ _LAYERS: Dict[str, type] = dict(softmax=SoftmaxAttention, linear=LinearAttention
                                 diag=DiagAttention, decay=DecayAttention, gated=GatedDecayAttention)
 
 
-def attention_layer(kind: str, d_model: int, n_heads: int, **options) -> _MultiHead:
+def attention_layer(kind: str, d_model: int, n_heads: int, /, **options) -> _MultiHead:
     """The attention layer of ``kind`` (one of :data:`ATTENTION_KINDS`), built with ``options``.
 
-    >>> attention_layer("diag", 32, 4, block_size=16).block_size
-    16
+    The first three arguments are positional, so that an option may be called
+    ``kind`` too (:class:`DiagAttention`'s block kind).
+
+    >>> attention_layer("diag", 32, 4, block_size=16, kind="relu").block_kind
+    'relu'
     """
-    return _LAYERS[one_of("attention kind", kind, ATTENTION_KINDS)](d_model, n_heads, **options)
+    layer = _LAYERS[one_of("attention kind", kind, ATTENTION_KINDS)]
+    accepted = _options(layer)
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ValueError(f"attention kind {kind!r} ({layer.__name__}) takes the options {sorted(accepted)}, "
+                         f"got {unknown}")
+    return layer(d_model, n_heads, **options)
+
+
+def _options(layer: type) -> set:
+    """The keyword options a layer class takes: its ``__init__``'s and, where it passes ``**options`` on, its bases'."""
+    names: set = set()
+    for klass in layer.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names |= {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names

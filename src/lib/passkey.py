@@ -199,6 +199,10 @@ def passkey_accuracy(
     """
     _check_model(model)
     _check_task(data)
+    vocab = getattr(model, "vocab_size", None)
+    if isinstance(vocab, int) and vocab != data.vocab_size:  # a model of another task: its digits mean nothing here
+        raise ValueError(f"the model reads a vocabulary of {vocab} tokens but the task has vocab_size "
+                         f"{data.vocab_size}: evaluate a model trained on this task")
     lengths = check_sequence("lengths", lengths, "context lengths (integers)")
     depths = [_check_depth(d) for d in check_sequence("depths", depths, "key depths (numbers in [0, 1])")]
     if not lengths or not depths or any(d is None for d in depths):
@@ -228,12 +232,22 @@ def passkey_accuracy(
                 correct = 0
                 for i in range(0, samples, batch_size):
                     xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
-                    pred = model(xb)[:, -data.answer_len:].argmax(-1)
+                    pred = _logits(model, xb, data.vocab_size)[:, -data.answer_len:].argmax(-1)
                     correct += int((pred == yb[:, -data.answer_len:]).all(-1).sum())
                 out[a, b] = correct / samples
     if hasattr(model, "train"):
         model.train(was_training)
     _evalcache.save(key, out)
+    return out
+
+
+def _logits(model: Any, ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``model(ids)``, checked: ``(batch, seq, vocab >= vocab_size)`` logits (another layout would be read wrong)."""
+    out = model(ids)
+    if not isinstance(out, torch.Tensor) or out.ndim != 3 or tuple(out.shape[:2]) != tuple(ids.shape) \
+            or out.shape[2] < vocab_size:
+        raise ValueError(f"model must map {tuple(ids.shape)} token ids to ({ids.shape[0]}, {ids.shape[1]}, vocab >= "
+                         f"{vocab_size}) logits, got {tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}")
     return out
 
 

@@ -136,7 +136,7 @@ class RoPE(PositionScheme):
         self._require_bound(self._rotary)
         check_stacked_qk(self, qk, positions)
         if positions is not None:  # (batch, seq) ids; a rule that depends on the length sees max id + 1
-            rotary = self._rotary_at(int(positions.max()) + 1)
+            rotary = self._rotary_at(int(positions.max()) + 1 if positions.numel() else 0)
             head = qk[..., :self.rotary_dim]
             rotated = torch.stack(rotary(head[0], head[1], positions))
             if self.rotary_dim == qk.shape[-1]:

@@ -150,7 +150,12 @@ def _freqs(dim: int, base: float, inv_freq: Optional[torch.Tensor]) -> torch.Ten
     _check_base(base)
     if not isinstance(inv_freq, (torch.Tensor, np.ndarray)):  # a list of numbers: read in float64, not float32
         try:
+            if any(isinstance(v, (bool, np.bool_)) for v in np.asarray(inv_freq, dtype=object).ravel()):
+                raise ValueError(f"inv_freq must hold frequencies, got booleans: {inv_freq!r}")
             inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
+        except ValueError as err:
+            if "booleans" in str(err):
+                raise
         except (TypeError, ValueError, RuntimeError):
             pass  # _real_tensor says what is expected
     inv_freq = _real_tensor(inv_freq, "inv_freq")

@@ -174,5 +174,5 @@ class Sandwich(PositionScheme):
         def table() -> torch.Tensor:
             with torch.inference_mode(False):  # a normal tensor, even if first asked for in inference mode
                 return _by_distance(sandwich_bias(self.n_heads, 1, length, dim=self.dim, base=self.base,
-                                                  device=device)).to(dtype)
+                                                  dtype=_float_dtype(dtype), device=device))
         return _kept(self._cache, (length, str(_device(device)), _float_dtype(dtype)), table)

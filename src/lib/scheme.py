@@ -44,11 +44,11 @@ import hashlib
 import inspect
 from typing import Any, Callable, ClassVar, Dict, Optional, Tuple
 
-import numpy as np
 import torch
 from torch import nn
 
-from ._validate import check_int, one_of
+from ._source import _is_simple, _plain, _source_hash
+from ._validate import _folded, check_int, one_of
 
 __all__ = ["PositionScheme", "NoPE", "LayerSchemes", "POSITION_SCHEMES", "register_scheme", "position_scheme"]
 
@@ -69,15 +69,24 @@ def register_scheme(name: str, factory: Optional[Callable[..., "PositionScheme"]
 
     Used as a decorator on a class (``@register_scheme("alibi")``) or called
     with a factory (``register_scheme("kerple_log", partial(Kerple, kind="log"))``).
-    A name can be registered once.
+    A name can be registered once, and names are read in any case and with
+    ``-`` for ``_`` (``"ALiBi"`` is ``"alibi"``), so a name that reads as one
+    already registered is refused too.
     """
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a scheme name must be a non-empty string, got {name!r}")
 
     def add(f: Callable[..., "PositionScheme"]):
         global POSITION_SCHEMES
-        if name in _REGISTRY and _REGISTRY[name] is not f:
-            raise ValueError(f"a position scheme named {name!r} is already registered")
+        if not callable(f):
+            raise ValueError(f"register_scheme({name!r}, ...) needs a scheme class or a function returning a "
+                             f"scheme, got {type(f).__name__}")
+        same = [n for n in _REGISTRY if _folded(n) in (_folded(name), "none" if _folded(name) == "nope" else None)
+                and _REGISTRY[n] is not f]  # "nope" is read as "none"
+        if same:
+            raise ValueError(f"a position scheme named {name!r} is already registered"
+                             + (f" (as {same[0]!r}: names are read in any case, '-' as '_')"
+                                if same and same[0] != name else ""))
         _REGISTRY[name] = f
         POSITION_SCHEMES = tuple(sorted(_REGISTRY, key=lambda n: (_BOOK_ORDER.index(n) if n in _BOOK_ORDER
                                                                   else len(_BOOK_ORDER))))
@@ -111,7 +120,11 @@ def position_scheme(position: Any, **options: Any) -> "PositionScheme":
     except TypeError as err:
         raise ValueError(f"position={position!r} takes the options "
                          f"{_option_names(factory)}, got {sorted(options)} ({err})") from None
-    return factory(**options)
+    built = factory(**options)
+    if not isinstance(built, PositionScheme):
+        raise ValueError(f"the factory registered as {position!r} returned {type(built).__name__!r}, not a "
+                         "posenc.PositionScheme")
+    return built
 
 
 def retunable_options(config: Dict[str, Any]) -> Tuple[str, ...]:
@@ -133,93 +146,6 @@ def _option_names(factory: Callable[..., Any]) -> list:
                 if v.kind in (v.KEYWORD_ONLY, v.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
         return []
-
-
-def _code_text(code: Any) -> str:
-    """The bytecode, constants and names of a code object, nested ones included (when no source is at hand)."""
-    consts = [_code_text(c) if inspect.iscode(c) else repr(c) for c in code.co_consts]
-    return repr((code.co_code, consts, code.co_names, code.co_varnames))
-
-
-def _source_hash(cls: type, module_names: bool = True) -> str:
-    """16 hex digits of the SHA-256 of the code of ``cls`` and of its user-defined bases.
-
-    The class's source where Python can find it; otherwise (a class defined in
-    a notebook cell or a console, where ``inspect.getsource`` fails) the source
-    or bytecode of each of its functions, so that an edited method still
-    changes the hash. The module constants its methods read count by their
-    values, named with their module, or without it (``module_names=False``:
-    the same class imported from another file hashes the same).
-    """
-    digest = hashlib.sha256()
-    for klass in cls.__mro__:
-        if klass.__module__.startswith(("posenc", "torch", "builtins")):
-            continue
-        try:
-            digest.update(inspect.getsource(klass).encode())
-            continue
-        except (OSError, TypeError):
-            pass
-        for name, value in sorted(vars(klass).items()):
-            function = getattr(value, "__func__", getattr(value, "fget", value))  # methods, properties
-            code = getattr(function, "__code__", None)
-            if code is None:
-                continue
-            try:
-                text = inspect.getsource(function)
-            except (OSError, TypeError):
-                text = _code_text(code)
-            digest.update(f"{name}\n{text}".encode())
-    constants = sorted((name if module_names else name.rpartition(".")[2], repr(value))
-                       for name, value in _constants(cls).items())  # module constants the methods read
-    for name, text in constants:
-        digest.update(f"{name}={text}\n".encode())
-    return digest.hexdigest()[:16]
-
-
-def _names(code: Any) -> set:
-    """The global names a code object (and the code nested in it) reads."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if inspect.iscode(const):
-            names |= _names(const)
-    return names
-
-
-def _constants(cls: type) -> Dict[str, Any]:
-    """Numbers, strings and tuples of them in the module globals that the methods of ``cls`` read."""
-    found: Dict[str, Any] = {}
-    for klass in cls.__mro__:
-        if klass.__module__.startswith(("posenc", "torch", "builtins")):
-            continue
-        for value in vars(klass).values():
-            function = getattr(value, "__func__", getattr(value, "fget", value))
-            code, space = getattr(function, "__code__", None), getattr(function, "__globals__", None)
-            if code is None or space is None:
-                continue
-            for name in _names(code):
-                constant = _plain(space.get(name))
-                if name in space and constant is not None and _is_simple(constant):
-                    found[f"{klass.__module__}.{name}"] = constant
-    return found
-
-
-_SIMPLE = (bool, int, float, str, type(None))
-
-
-def _plain(value: Any) -> Any:
-    """A NumPy scalar or a one-element tensor as the Python value it spells (so equal values give equal keys)."""
-    if isinstance(value, np.generic) or (isinstance(value, torch.Tensor) and value.ndim == 0):
-        return value.item()
-    if isinstance(value, (tuple, list)):
-        return type(value)(_plain(v) for v in value)
-    return value
-
-
-def _is_simple(value: Any) -> bool:
-    if isinstance(value, _SIMPLE):
-        return True
-    return isinstance(value, (tuple, list)) and all(isinstance(v, _SIMPLE) for v in value)
 
 
 #: The methods the model calls; an attribute, parameter, buffer or submodule of that name would hide one.
@@ -537,6 +463,9 @@ class LayerSchemes(PositionScheme):
 
     def __init__(self, schemes: Any) -> None:
         super().__init__()
+        if isinstance(schemes, (PositionScheme, str)) or not isinstance(schemes, (list, tuple)):
+            raise ValueError(f"LayerSchemes takes a list of PositionScheme objects, one per layer, got "
+                             f"{type(schemes).__name__}")
         unique, index = [], []
         for scheme in schemes:
             if not isinstance(scheme, PositionScheme) or isinstance(scheme, LayerSchemes):
@@ -558,6 +487,9 @@ class LayerSchemes(PositionScheme):
 
     def layer(self, i: int) -> PositionScheme:
         """The scheme of layer ``i``."""
+        i = check_int("layer", i, low=0)
+        if i >= len(self._index):
+            raise ValueError(f"layer must be one of the {len(self._index)} layers (0 .. {len(self._index) - 1}), got {i}")
         return self.schemes[self._index[i]]
 
     def bind(self, *, d_model: int, n_heads: int, n_layers: int) -> None:

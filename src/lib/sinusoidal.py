@@ -313,6 +313,20 @@ def _check_embed_input(x: torch.Tensor, d_model: int) -> torch.Tensor:
     return x
 
 
+def _check_embed_ids(positions: Any, x: torch.Tensor) -> torch.Tensor:
+    """``positions`` for ``embed(x, positions)``: integer ids ``>= 0`` of shape ``(batch, seq)`` or ``(seq,)``
+    (an index below 0 would read a row from the end of the table)."""
+    seq = x.shape[-2]
+    if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32, torch.int16) \
+            or tuple(positions.shape) not in (tuple(x.shape[:-1]), (seq,)):
+        raise ValueError(f"positions must be integer ids of shape {tuple(x.shape[:-1])} or ({seq},) for x of shape "
+                         f"{tuple(x.shape)}, got {getattr(positions, 'shape', type(positions).__name__)} "
+                         f"{getattr(positions, 'dtype', '')}")
+    if positions.numel() and not positions.is_meta and bool((positions < 0).any()):
+        raise ValueError(f"positions must be ids >= 0, got {int(positions.min())}")
+    return positions
+
+
 @register_scheme("learned")
 class LearnedPositions(PositionScheme):
     """A learned table of absolute position vectors added to the tokens (GPT-2).
@@ -345,7 +359,7 @@ class LearnedPositions(PositionScheme):
         self._require_bound(self.table)
         _check_embed_input(x, self.d_model)
         if positions is not None:  # (batch, seq) ids
-            top = int(positions.max()) if positions.numel() else -1
+            top = int(_check_embed_ids(positions, x).max()) if positions.numel() else -1
             if top >= self.max_len:
                 raise ValueError(f"position='learned' has a table of max_len={self.max_len} positions and cannot "
                                  f"embed position id {top}; build the model with a larger max_len")
@@ -383,7 +397,8 @@ class SinusoidalPositions(PositionScheme):
         self._require_bound(self.d_model)
         t = _check_embed_input(x, self.d_model).shape[-2]
         if positions is not None:  # (batch, seq) ids: the table's rows at those positions
-            rows = sinusoidal_embedding(int(positions.max()) + 1, self.d_model, self.base)
+            top = int(_check_embed_ids(positions, x).max()) if positions.numel() else -1
+            rows = sinusoidal_embedding(top + 1, self.d_model, self.base) if top >= 0 else x.new_zeros(0, self.d_model)
             return x + rows.to(device=x.device, dtype=x.dtype)[positions]
         def table() -> torch.Tensor:  # (seq, d_model), once per length, device and dtype
             rows = sinusoidal_embedding(t, self.d_model, self.base) if t else x.new_zeros(0, self.d_model)
