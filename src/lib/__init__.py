@@ -41,10 +41,6 @@ from .rope import (
     rope_rotation_matrix,
     interleaved_to_half_split,
     half_split_to_interleaved,
-    rope_frequencies_interpolated,
-    rope_frequencies_ntk,
-    rope_frequencies_yarn,
-    yarn_attention_factor,
     rope_decay_bound,
     RotaryEmbedding,
 )
@@ -56,6 +52,10 @@ from .rerope import (
     streaming_attention,
 )
 from .extend import (
+    rope_frequencies_interpolated,
+    rope_frequencies_ntk,
+    rope_frequencies_yarn,
+    yarn_attention_factor,
     rope_frequencies_llama3,
     rope_frequencies_dynamic_ntk,
     ROPE_SCALING_METHODS,

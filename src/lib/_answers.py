@@ -17,10 +17,10 @@ from .alibi import alibi_slopes
 from .kerple import kerple_log_bias, kerple_power_bias
 from .linear import linear_attention
 from .masks import relative_positions, sliding_window_mask
-from .extend import rope_frequencies_dynamic_ntk
-from .forgetting import forgetting_bias
-from .rotary import (p_rope_frequencies, rope_frequencies, rope_frequencies_interpolated, rope_frequencies_ntk,
+from .extend import (rope_frequencies_dynamic_ntk, rope_frequencies_interpolated, rope_frequencies_ntk,
                      yarn_attention_factor)
+from .forgetting import forgetting_bias
+from .rotary import p_rope_frequencies, rope_frequencies
 from .sinusoidal import sinusoidal_period_coverage
 from .t5 import t5_relative_buckets
 from .transnormer import block_diagonal_mask

@@ -40,8 +40,8 @@ from .alibi import alibi_slopes
 from .attention import log_length_scale
 from .masks import sliding_window_mask
 from .model import TinyLM
-from .extend import rope_min_base
-from .rotary import half_split_to_interleaved, rope_decay_bound, yarn_attention_factor
+from .extend import rope_min_base, yarn_attention_factor
+from .rotary import half_split_to_interleaved, rope_decay_bound
 from .scheme import PositionScheme
 from .sinusoidal import sinusoidal_wavelengths
 from .xpos import blockwise_causal_mask

@@ -2,8 +2,8 @@
 
 The pure functions and the :class:`RotaryEmbedding` module that the RoPE
 position scheme (:class:`posenc.rope.RoPE`), the scaling rules of
-:mod:`posenc.extend`, ReRoPE and xPos build on; :mod:`posenc.rope` re-exports
-them all.
+:mod:`posenc.extend` (the frequencies of a stretched model), ReRoPE and xPos
+build on; :mod:`posenc.rope` re-exports them all.
 
 Channel pairs of a query or key are rotated by an angle proportional to the
 position: pair ``i`` at position ``m`` turns by ``m * theta_i`` with
@@ -34,7 +34,6 @@ enlarging it (``(batch, heads, seq)``: per head). Anything else raises ``ValueEr
 
 from __future__ import annotations
 
-import math
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -56,10 +55,6 @@ __all__ = [
     "rope_rotation_matrix",
     "interleaved_to_half_split",
     "half_split_to_interleaved",
-    "rope_frequencies_interpolated",
-    "rope_frequencies_ntk",
-    "rope_frequencies_yarn",
-    "yarn_attention_factor",
     "rope_decay_bound",
     "RotaryEmbedding",
 ]
@@ -316,141 +311,6 @@ def _channels(x: torch.Tensor) -> torch.Tensor:
         raise ValueError("x must have a last dimension of channels (..., dim), got a single number")
     _check_rope_dim(x.shape[-1])
     return x
-
-
-# ---------------------------------------------------------------------------
-# Context extension: new frequencies for a model trained at a shorter length
-# (Llama 3.1 and dynamic NTK rules, scaling objects and the RoPE scheme that
-# applies them at evaluation time: posenc.extend)
-# ---------------------------------------------------------------------------
-
-
-def _check_scale(scale: float) -> float:
-    s = check_number("scale factor", scale)
-    if s < 1:
-        raise ValueError("scale factor s = (new context length) / (trained context length) must be >= 1, "
-                         f"got {scale!r}")
-    return s
-
-
-def rope_frequencies_interpolated(dim: int, base: float, scale: float) -> torch.Tensor:
-    """Position interpolation (Chen et al., 2023): every frequency divided by ``s``.
-
-    ``theta'_i = theta_i / s``, so position ``s * m`` gets exactly the angles that
-    position ``m`` had in training: a context of ``s * L`` is squeezed into the
-    trained range ``[0, L)``.
-
-    Args:
-        dim: head dimension (even).
-        base: RoPE base of the trained model.
-        scale: ``s >= 1``, the ratio of the new to the trained context length.
-
-    Returns:
-        ``(dim // 2,)`` float64 ``inv_freq``, usable as ``apply_rope(x, inv_freq=...)``.
-    """
-    s = _check_scale(scale)
-    return rope_frequencies(dim, base) / s
-
-
-def rope_frequencies_ntk(dim: int, base: float, scale: float) -> torch.Tensor:
-    """NTK-aware scaling (bloc97, 2023): a larger base, ``base * s ** (d / (d - 2))``.
-
-    ``theta'_i = (base * s^(d/(d-2))) ** (-2i/d)``: the fastest pair (``i = 0``,
-    one radian per token) is unchanged, the slowest (``i = d/2 - 1``) is divided
-    by exactly ``s``, and the pairs in between are divided by ``s ** (2i/(d-2))``,
-    a geometric blend of extrapolation (high frequencies) and interpolation
-    (low frequencies).
-
-    Args:
-        dim: head dimension (even, >= 4: with one pair there is nothing to blend).
-        base: RoPE base of the trained model.
-        scale: ``s >= 1``.
-
-    Returns:
-        ``(dim // 2,)`` float64 ``inv_freq``.
-    """
-    _check_rope_dim(dim)
-    if dim < 4:
-        raise ValueError(f"NTK-aware scaling needs head_dim >= 4 (at least two pairs), got {dim}")
-    s = _check_scale(scale)
-    return rope_frequencies(dim, _check_base(base) * s ** (dim / (dim - 2)))
-
-
-def _yarn_correction_dim(num_rotations: float, dim: int, base: float, original_max_len: int) -> float:
-    # The (fractional) pair index i whose wavelength 2*pi*base^(2i/d) fits
-    # ``num_rotations`` times into the trained length: L * theta_i / (2 pi) = r.
-    return dim * math.log(original_max_len / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
-
-
-def rope_frequencies_yarn(
-    dim: int,
-    base: float,
-    scale: float,
-    original_max_len: int,
-    beta_fast: float = 32.0,
-    beta_slow: float = 1.0,
-    *,
-    truncate: bool = True,
-) -> torch.Tensor:
-    """YaRN's "NTK-by-parts" frequencies (Peng et al., 2024, Sec. 3.2 and Eq. 21).
-
-    A pair that turns many times within the trained length ``L`` has seen every
-    angle, so it is left alone (extrapolated); a pair that turns less than once
-    is interpolated like PI (divided by ``s``); in between, a linear ramp::
-
-        theta'_i = (1 - gamma_i) * theta_i / s + gamma_i * theta_i
-
-    with ``gamma_i = 1`` for ``i <= low``, ``0`` for ``i >= high`` and linear
-    in ``i`` between. ``low`` / ``high`` are the pair indices that complete
-    ``beta_fast`` / ``beta_slow`` rotations within ``L`` (rounded down / up
-    when ``truncate``), clamped as in the authors' reference code.
-
-    Also multiply cos and sin (or ``q`` and ``k``) by :func:`yarn_attention_factor`,
-    so that the logits get its square (``RotaryEmbedding(..., attention_factor=...)``;
-    :class:`posenc.RopeScaling` does both).
-
-    Args:
-        dim: head dimension (even).
-        base: RoPE base of the trained model.
-        scale: ``s >= 1``.
-        original_max_len: the trained context length ``L``.
-        beta_fast: rotations above which a pair is not touched (32).
-        beta_slow: rotations below which a pair is fully interpolated (1).
-        truncate: round the ramp ends to whole pair indices (the reference
-            code; some later models switch it off).
-
-    Returns:
-        ``(dim // 2,)`` float64 ``inv_freq``.
-    """
-    _check_rope_dim(dim)
-    base, s = _check_base(base), _check_scale(scale)
-    original_max_len = check_int("original_max_len", original_max_len)
-    beta_fast, beta_slow = check_number("beta_fast", beta_fast, 0), check_number("beta_slow", beta_slow, 0)
-    truncate = check_bool("truncate", truncate)
-    if not beta_slow < beta_fast:
-        raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
-    theta = rope_frequencies(dim, base)
-    low = _yarn_correction_dim(beta_fast, dim, base, original_max_len)
-    high = _yarn_correction_dim(beta_slow, dim, base, original_max_len)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if high == low:
-        high += 1e-3  # a zero-width ramp would divide by zero
-    index = torch.arange(dim // 2, dtype=torch.float64)
-    interpolate = ((index - low) / (high - low)).clamp(0.0, 1.0)  # 1 - gamma
-    return theta * (1 - interpolate) + theta / s * interpolate
-
-
-def yarn_attention_factor(scale: float) -> float:
-    """YaRN's attention temperature factor ``0.1 * ln(s) + 1`` (Peng et al., 2024, Eq. 22).
-
-    The paper sets ``sqrt(1/t) = 0.1 ln s + 1``: multiply both cos and sin (or
-    both ``q`` and ``k``) by this factor, so the logits are multiplied by its
-    square. Returns 1 for ``0 < s <= 1`` (no extension).
-    """
-    scale = check_number("scale factor", scale, 0)
-    return 1.0 if scale <= 1 else 0.1 * math.log(scale) + 1.0
 
 
 def rope_decay_bound(
