@@ -226,3 +226,39 @@ def test_the_entropy_rate_of_a_nearly_periodic_or_slow_chain_is_its_stationary_r
     """Power iteration from the uniform start oscillates on these chains; the rate is that of the eigenvector."""
     chain = pe.MarkovChain(vocab_size=3, order=1, alpha=alpha, seed=seed)
     assert chain.entropy_rate() == pytest.approx(_stationary_entropy_rate(chain), rel=1e-9, abs=1e-12)
+
+
+# ---------------------------------------------------------------------- spreads, figures and ledger entries are what they say
+
+
+def test_a_spread_holds_numbers_from_the_start():
+    for bad in (5, "ab", (1.0, "x"), (1.0, None), (True, False), ()):
+        with pytest.raises(ValueError, match="Spread"):
+            pe.Spread(bad)
+    s = pe.Spread([1, np.float32(2.0), torch.tensor(3.0)])
+    assert s.values == (1.0, 2.0, 3.0) and all(type(v) is float for v in s.values)
+    assert s == pe.Spread((1.0, 2.0, 3.0)) and hash(s) == hash(pe.Spread((1.0, 2.0, 3.0)))
+
+
+def test_a_figure_of_spreads_or_complex_values_is_refused_when_it_is_made():
+    spreads = [pe.Spread((1.0, 2.0)), pe.Spread((2.0, 3.0)), pe.Spread((3.0, 5.0))]
+    with pytest.raises(ValueError, match=r"real numbers.*pass its \.mean"):
+        pe.viz.curves([64, 128, 256], {"rope": spreads})
+    with pytest.raises(ValueError, match="z must hold real numbers"):
+        pe.viz.heatmap(np.ones((2, 2), dtype=complex))
+    gap = pe.viz.curves([1, 2, 3], {"a": [1.0, None, 3.0]})   # None: a gap, as before
+    assert np.isnan(gap.data[0].y[1])
+
+
+def test_a_ledger_entry_read_back_is_checked_as_when_it_was_recorded():
+    good = dict(key="a", source=["press2022alibi"], claim="c", measured="m", verdict="reproduced (at 2L)",
+                outcome="reproduced", section="s")
+    assert pe.Claim.from_mapping(good).source == ("press2022alibi",)
+    for bad in (dict(good, source="press2022alibi"),   # a string read as a list of its characters
+                dict(good, source=5), dict(good, outcome="great", verdict="great"),
+                dict(good, verdict="not reproduced"), dict(good, key="Not A Key")):
+        with pytest.raises(ValueError):
+            pe.Claim.from_mapping(bad)
+    for bad in ("chapter.ipynb", {"cells": None}):
+        with pytest.raises(ValueError, match="executed notebook as a dict"):
+            pe.entries_in_notebook(bad)

@@ -56,7 +56,15 @@ class Claim:
         fields = set(cls.__dataclass_fields__)
         if not isinstance(data, Mapping) or set(data) != fields:
             raise ValueError(f"a ledger entry has the fields {sorted(fields)}, got {data!r}")
-        return cls(**{**data, "source": tuple(data["source"])})
+        if not isinstance(data["source"], (list, tuple)):  # as written: a list, never one key's characters
+            raise ValueError(f"a ledger entry's source is a list of BibTeX keys, got {data['source']!r}")
+        key, sources, text, numbers, section = _checked(data["key"], data["source"], data["claim"], data["measured"],
+                                                        data["section"])
+        outcome, verdict = data["outcome"], data["verdict"]
+        if outcome not in OUTCOMES or not isinstance(verdict, str) or not verdict.startswith(outcome):
+            raise ValueError(f"a ledger entry's outcome is one of {OUTCOMES} and its verdict begins with it, got "
+                             f"outcome {outcome!r}, verdict {verdict!r}")
+        return cls(key, sources, text, numbers, verdict, outcome, section)
 
 
 def _sentence(name: str, text: Any) -> str:
@@ -93,6 +101,22 @@ def claim(key: str, *, source: Union[str, Sequence[str]], claim: str, measured: 
     >>> c.verdict, c.source
     ('reproduced', ('press2022alibi',))
     """
+    if isinstance(measured, Spread):
+        measured = format(measured, ".3f")
+    key, sources, text, numbers, section = _checked(key, source, claim, measured, section)
+    if isinstance(verdict, Verdict):
+        outcome = verdict.outcome
+    elif isinstance(verdict, str) and verdict in OUTCOMES:
+        outcome = verdict
+    else:
+        raise ValueError(f"verdict must be a posenc.Verdict (from posenc.judge) or one of {OUTCOMES}, got {verdict!r}")
+    entry = Claim(key, sources, text, numbers, str(verdict), outcome, section)
+    _publish(entry)
+    return entry
+
+
+def _checked(key: Any, source: Any, claim: Any, measured: Any, section: Any) -> tuple:
+    """The fields of an entry as :func:`claim` takes them, checked: ``(key, sources, claim, measured, section)``."""
     if not isinstance(key, str) or not _KEY.fullmatch(key):
         raise ValueError(f"key must be lower-case words joined by '-' (letters and digits), got {key!r}")
     sources = (source,) if isinstance(source, str) else source
@@ -103,21 +127,9 @@ def claim(key: str, *, source: Union[str, Sequence[str]], claim: str, measured: 
             raise ValueError(f"source must hold BibTeX keys of book/references.bib, got {s!r}")
     if len(set(sources)) != len(sources):
         raise ValueError(f"source lists a key twice: {list(sources)}")
-    text = _sentence("claim", claim)
-    if isinstance(measured, Spread):
-        measured = format(measured, ".3f")
-    numbers = _sentence("measured", measured)
-    if isinstance(verdict, Verdict):
-        outcome = verdict.outcome
-    elif isinstance(verdict, str) and verdict in OUTCOMES:
-        outcome = verdict
-    else:
-        raise ValueError(f"verdict must be a posenc.Verdict (from posenc.judge) or one of {OUTCOMES}, got {verdict!r}")
     if not isinstance(section, str) or not _ANCHOR.fullmatch(section):
         raise ValueError(f"section must be the anchor of a section (a heading's slug or a label), got {section!r}")
-    entry = Claim(key, tuple(sources), text, numbers, str(verdict), outcome, section)
-    _publish(entry)
-    return entry
+    return key, tuple(sources), _sentence("claim", claim), _sentence("measured", measured), section
 
 
 def _publish(entry: Claim) -> None:
@@ -143,9 +155,15 @@ def entries_in_notebook(notebook: Mapping[str, Any]) -> List[Claim]:
     Raises:
         ValueError: an entry that cannot be read back, or the same key recorded twice with other contents.
     """
+    if not isinstance(notebook, Mapping) or not isinstance(notebook.get("cells", []), list):
+        raise ValueError(f"notebook must be an executed notebook as a dict (nbformat 4: json.load of the file), got "
+                         f"{type(notebook).__name__}")
     found: Dict[str, Claim] = {}
     for cell in notebook.get("cells", []):
-        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+        outputs = cell.get("outputs", []) if isinstance(cell, Mapping) and cell.get("cell_type") == "code" else []
+        for output in outputs if isinstance(outputs, list) else []:
+            if not isinstance(output, Mapping):
+                continue
             name = (output.get("metadata") or {}).get("scrapbook", {}).get("name", "")
             if not (name.startswith("claim-") and name.endswith("-entry")):
                 continue

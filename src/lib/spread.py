@@ -45,8 +45,14 @@ class Spread:
     values: Tuple[float, ...]
 
     def __post_init__(self):
-        if not self.values:
+        if isinstance(self.values, (str, bytes)) or not isinstance(self.values, (tuple, list)):
+            raise ValueError(f"a Spread holds a tuple of numbers, one per seed, got {self.values!r}")
+        numbers = tuple(_leaf(v) for v in self.values)
+        if any(v is None for v in numbers):
+            raise ValueError(f"a Spread holds numbers (not booleans), one per seed, got {self.values!r}")
+        if not numbers:
             raise ValueError("a Spread needs at least one value")
+        object.__setattr__(self, "values", numbers)  # plain floats: hashable, and equal spreads compare equal
 
     @property
     def mean(self) -> float:

@@ -97,6 +97,19 @@ def _to_numpy(a: ArrayLike) -> np.ndarray:
     return np.asarray(a)
 
 
+def _real(name: str, a: ArrayLike) -> np.ndarray:
+    """``a`` as a NumPy array of real numbers, else ``ValueError`` (plotly would fail only when the figure is drawn)."""
+    out = _to_numpy(a)
+    if out.dtype == object and all(v is None or (isinstance(v, (int, float, np.number)) and not isinstance(v, complex))
+                                   for v in out.ravel()):
+        out = out.astype(float)  # None: a gap in the curve (NaN)
+    if out.dtype.kind not in "biuf":
+        hint = (" (a posenc.Spread per point? pass its .mean, and its .low and .high as ranges=)"
+                if any(hasattr(v, "values") and hasattr(v, "mean") for v in out.ravel()[:1]) else "")
+        raise ValueError(f"{name} must hold real numbers, got {out.dtype} values{hint}")
+    return out
+
+
 def _check_flag(name: str, value: Any) -> bool:
     """``value`` as a bool (NumPy's too), else ``ValueError``: a truthy string such as ``"no"`` is no ``True``."""
     if isinstance(value, (bool, np.bool_)):
@@ -136,7 +149,7 @@ def heatmap(
     ``x`` / ``y``: one label per column / row of ``z`` (or one more: the cells' edges);
     any other length raises ``ValueError`` (plotly would label the cells wrongly).
     """
-    z = _to_numpy(z)
+    z = _real("z", z)
     if z.ndim != 2:
         raise ValueError(f"heatmap needs a 2-D array, got shape {z.shape}")
     reversed_y = _check_flag("reversed_y", reversed_y)
@@ -193,7 +206,7 @@ def curves(
         raise ValueError(f"ranges for curves that are not drawn: {sorted(unknown)}")
     fig = go.Figure()
     for name, y in ys.items():
-        y = _to_numpy(y)
+        y = _real(f"curve {name!r}", y)
         if y.shape != x.shape:
             raise ValueError(f"curve {name!r} has shape {y.shape}, x has {x.shape}")
         error = {}
