@@ -262,3 +262,18 @@ def test_a_ledger_entry_read_back_is_checked_as_when_it_was_recorded():
     for bad in ("chapter.ipynb", {"cells": None}):
         with pytest.raises(ValueError, match="executed notebook as a dict"):
             pe.entries_in_notebook(bad)
+
+
+def test_a_corpus_and_rms_norm_refuse_what_they_cannot_read():
+    text = "hello world, " * 20
+    for options in (dict(val_fraction="0.1"), dict(val_fraction=None), dict(name=None), dict(name=5)):
+        with pytest.raises(ValueError, match="val_fraction|name"):
+            pe.CharCorpus(text, **options)
+    corpus = pe.CharCorpus(text)
+    assert corpus.decode(corpus.encode("hi there")) == "hi there"
+    for call in (lambda: corpus.decode(torch.tensor([True, False])), lambda: corpus.decode("abc"),
+                 lambda: corpus.encode(5)):
+        with pytest.raises(ValueError):
+            call()
+    with pytest.raises(ValueError, match="one dtype"):
+        pe.rms_norm(torch.randn(2, 4), weight=torch.ones(4, dtype=torch.float64))

@@ -78,7 +78,9 @@ class CharCorpus:
     def __init__(self, text: str, name: str = "text", val_fraction: float = 0.1) -> None:
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
-        if not 0 < val_fraction < 1:
+        if not isinstance(name, str) or not name.strip():  # part of the cache key: a name, not any object
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        if not 0 < check_number("val_fraction", val_fraction, what=" in (0, 1)") < 1:
             raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
         clean = _to_ascii(text)
         if len(clean) < 100:
@@ -103,11 +105,18 @@ class CharCorpus:
 
     def encode(self, text: str) -> torch.Tensor:
         """``(len,)`` int64 ids of ``text`` (folded onto :data:`CHARS` first)."""
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a str, got {type(text).__name__}")
         return torch.tensor([CHARS.index(c) for c in _to_ascii(text)], dtype=torch.int64)
 
     def decode(self, ids: torch.Tensor) -> str:
         """The characters of a 1-D tensor (or list) of ids."""
-        ids = torch.as_tensor(ids)
+        try:
+            ids = torch.as_tensor(ids)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"ids must be a 1-D tensor or list of integer ids, got {type(ids).__name__}") from None
+        if ids.dtype == torch.bool:
+            raise ValueError("ids must be integer ids, got booleans")
         if ids.numel() and (ids.is_floating_point() or ids.is_complex() or int(ids.min()) < 0
                             or int(ids.max()) >= len(CHARS)):
             raise ValueError(f"ids must be integers in [0, {len(CHARS)}) (vocab_size), got values from "

@@ -64,7 +64,7 @@ def rms_norm(
         raise ValueError(f"dim must be an integer in [-{x.ndim}, {x.ndim}) for x {tuple(x.shape)}, got {dim!r}")
     out = x * torch.rsqrt(x.pow(2).mean(dim=dim, keepdim=True) + eps)
     if weight is not None:
-        _check_tensors(weight=weight)
+        _check_tensors(x=x, weight=weight)  # one dtype and device: a float64 weight would make the output float64
         if dim not in (-1, x.ndim - 1) or weight.shape != (x.shape[-1],):
             raise ValueError(f"weight must have shape ({x.shape[-1]},) and dim must be -1; "
                              f"got weight {tuple(weight.shape)}, dim {dim}")
