@@ -18,7 +18,7 @@ def _started_again_if_it_dies(init):
                 if "died" not in str(exc) or attempt == KERNEL_STARTS:
                     raise
 
-    start.starts_again = True
+    start.starts_again, start.__wrapped__ = True, init
     return start
 
 

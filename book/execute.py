@@ -35,6 +35,7 @@ import argparse
 import csv
 import datetime
 import importlib.util
+import math
 import os
 import platform
 import re
@@ -321,8 +322,8 @@ def main(argv=None) -> int:
         for future in as_completed(futures):
             try:
                 path, nb, seconds, error = future.result()
-            except Exception as exc:  # the worker process itself died (killed, out of memory)
-                path, nb, seconds, error = futures[future], None, time.perf_counter() - start, repr(exc)
+            except Exception as exc:  # the worker process itself died (killed, out of memory): its time is unknown
+                path, nb, seconds, error = futures[future], None, math.nan, repr(exc)
             name = Path(path).relative_to(ROOT).as_posix()
             costs.append(cost_row(name, seconds, read_cost_log(log_of[path]), threads, facts))
             if error is not None:

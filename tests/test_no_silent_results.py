@@ -96,6 +96,11 @@ def test_a_list_of_decays_is_read_in_the_queries_dtype():
     from_tensor = pe.decayed_linear_attention(q, k, v, torch.tensor([gamma], dtype=torch.float64), normalize=False)
     assert torch.equal(from_list, from_tensor)
     assert not torch.equal(from_list, pe.decayed_linear_attention(q, k, v, [1.0], normalize=False))
+    q16, k16, v16 = (t.to(torch.bfloat16) for t in (q, k, v))   # half precision: not rounded to 1 either
+    torch.testing.assert_close(pe.decayed_linear_attention(q16, k16, v16, [0.999], normalize=False).double(),
+                               pe.decayed_linear_attention(q, k, v, [0.999], normalize=False), rtol=0.05, atol=0.05)
+    assert not torch.equal(pe.decayed_linear_attention(q16, k16, v16, [0.999], normalize=False),
+                           pe.decayed_linear_attention(q16, k16, v16, [1.0], normalize=False))
 
 
 def test_booleans_are_not_frequencies_and_two_spellings_of_a_rule_must_agree():
@@ -143,7 +148,7 @@ def test_a_scheme_name_that_reads_as_a_registered_one_is_refused(monkeypatch):
     with pytest.raises(ValueError, match="returned 'int', not a posenc.PositionScheme"):
         pe.TinyLM(8, 16, 1, 2, position="returns_a_number_for_this_test")
     assert "returns_a_number_for_this_test" in pe.POSITION_SCHEMES   # the list is read when asked for
-    assert pe.POSITION_SCHEMES == pe.scheme.POSITION_SCHEMES
+    assert pe.POSITION_SCHEMES == pe.scheme.POSITION_SCHEMES and "POSITION_SCHEMES" in dir(pe)
 
 
 def test_attention_layer_options_reach_the_layer_and_unknown_ones_are_named():

@@ -406,6 +406,10 @@ if not TYPE_CHECKING:
 del TYPE_CHECKING
 
 
+def __dir__():
+    return sorted([*globals(), "POSITION_SCHEMES"])
+
+
 def __getattr__(name: str):
     """``pe.POSITION_SCHEMES`` read when asked for: it lists the schemes you register too."""
     if name == "POSITION_SCHEMES":

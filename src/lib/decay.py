@@ -188,9 +188,9 @@ def gate_decay(logits: torch.Tensor, temperature: float = 16.0, *, log: bool = F
 def _log_gates(gamma: Any, q: torch.Tensor, log_space: bool) -> torch.Tensor:
     """``log gamma`` as ``(1 or batch, heads, seq)`` in ``q``'s dtype and device, after checking ``gamma``."""
     b, h, n, _ = q.shape
-    plain = not isinstance(gamma, (torch.Tensor, np.ndarray, np.generic))  # numbers: read in q's dtype, not float32
-    try:
-        g = _as_tensor("gamma", gamma, dtype=q.dtype if plain and q.is_floating_point() else None)
+    plain = not isinstance(gamma, (torch.Tensor, np.ndarray, np.generic))  # numbers: float64 for float64 queries
+    try:                                                 # (float32 would round 1 - 1e-9 to 1), float32 for the rest
+        g = _as_tensor("gamma", gamma, dtype=torch.float64 if plain and q.dtype == torch.float64 else None)
     except TypeError:
         raise ValueError(f"gamma must be a tensor of decays, got {type(gamma).__name__}") from None
     if tuple(g.shape) not in ((h,), (b, h, n)):

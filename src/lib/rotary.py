@@ -366,9 +366,9 @@ class RotaryEmbedding(nn.Module):
         base: RoPE base (ignored when ``inv_freq`` is given).
         interleaved: pair channels ``(2i, 2i+1)`` instead of ``(i, i + dim/2)``.
         inv_freq: custom ``(dim // 2,)`` frequencies, e.g. from
-            :func:`rope_frequencies_yarn`.
+            :func:`posenc.rope_frequencies_yarn`.
         attention_factor: multiplies cos and sin (hence the logits by its
-            square); :func:`yarn_attention_factor` for YaRN, 1 otherwise.
+            square); :func:`posenc.yarn_attention_factor` for YaRN, 1 otherwise.
 
     Shapes:
         ``q``: ``(..., q_len, dim)``, ``k``: ``(..., k_len, dim)`` (floating

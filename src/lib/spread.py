@@ -49,7 +49,8 @@ class Spread:
             raise ValueError(f"a Spread holds a tuple of numbers, one per seed, got {self.values!r}")
         numbers = tuple(_leaf(v) for v in self.values)
         if any(v is None for v in numbers):
-            raise ValueError(f"a Spread holds numbers (not booleans), one per seed, got {self.values!r}")
+            raise ValueError(f"a Spread holds real numbers, one per seed (no booleans, None or text), got "
+                             f"{self.values!r}")
         if not numbers:
             raise ValueError("a Spread needs at least one value")
         object.__setattr__(self, "values", numbers)  # plain floats: hashable, and equal spreads compare equal
