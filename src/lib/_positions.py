@@ -16,6 +16,7 @@ from typing import Any, List, Optional
 
 import torch
 
+from ._validate import check_id_shape
 from .layers import Positions
 from .scheme import PositionScheme
 
@@ -58,12 +59,8 @@ def takes_positions(scheme: PositionScheme, hook: str) -> None:
 def position_ids(positions: Any, idx: torch.Tensor) -> torch.Tensor:
     """``positions`` checked: ``(seq,)`` or ``(batch, seq)`` integer ids >= 0, strictly increasing per row."""
     b, t = idx.shape
-    if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32, torch.int16) \
-            or positions.shape not in ((t,), (b, t)):
-        raise ValueError(f"positions must be integer ids of shape ({t},) or ({b}, {t}) for idx of shape "
-                         f"{(b, t)}, got {getattr(positions, 'shape', type(positions).__name__)} "
-                         f"{getattr(positions, 'dtype', '')}")
-    ids = positions.to(device=idx.device, dtype=torch.int64).expand(b, t)
+    ids = check_id_shape(positions, b, t, f"idx of shape {(b, t)}")
+    ids = ids.to(device=idx.device, dtype=torch.int64).expand(b, t)
     if bool((ids < 0).any()) or (t > 1 and not bool((ids[:, 1:] > ids[:, :-1]).all())):
         raise ValueError("positions must be ids >= 0, strictly increasing along each sequence (token i comes "
                          f"before token i + 1); got rows from {int(ids.min())} to {int(ids.max())}")

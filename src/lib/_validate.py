@@ -80,6 +80,12 @@ def check_float_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
     return dtype
 
 
+def at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    """The dtype to compute distances and biases in: float32 for half precision (float16 holds no integer above
+    65504, bfloat16 rounds those above 256), ``dtype`` itself otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def check_device(device: Any, default: Optional[torch.device] = None) -> Optional[torch.device]:
     """``device`` as a ``torch.device`` (``default`` when None), else raise ``ValueError``."""
     if device is None:
@@ -132,6 +138,16 @@ def check_layout(layout: Any) -> str:
     """``layout`` as one of :data:`LAYOUTS`, else ``ValueError``."""
     return one_of("layout", layout, LAYOUTS, also=" ('bhsd': (batch, heads, seq, head_dim); 'bshd': "
                   "(batch, seq, heads, head_dim))")
+
+
+def check_id_shape(positions: Any, batch: int, seq: int, of: str) -> torch.Tensor:
+    """``positions`` if it is integer ids of shape ``(seq,)`` or ``(batch, seq)``, else ``ValueError`` naming
+    ``of``, what they are the positions of (``"idx of shape (2, 5)"``)."""
+    if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32, torch.int16) \
+            or tuple(positions.shape) not in ((seq,), (batch, seq)):
+        raise ValueError(f"positions must be integer ids of shape ({seq},) or ({batch}, {seq}) for {of}, got "
+                         f"{getattr(positions, 'shape', type(positions).__name__)} {getattr(positions, 'dtype', '')}")
+    return positions
 
 
 def check_stacked_qk(scheme: Any, qk: Any, positions: Any = None) -> None:

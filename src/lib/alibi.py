@@ -16,7 +16,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from ._validate import check_device as _device, check_int
+from ._validate import at_least_float32, check_device as _device, check_int
 from ._validate import check_float_dtype as _float_dtype
 from .masks import _as_tensor, _finite, relative_positions
 from .scheme import PositionScheme, register_scheme
@@ -128,6 +128,6 @@ class ALiBi(PositionScheme):
     def distance_bias(self, length: int, *, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         self._require_bound()
         dtype = _float_dtype(dtype)
-        work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # float16 ends at 65504
+        work = at_least_float32(dtype)
         distance = torch.arange(check_int("length", length, 0), device=_device(device), dtype=work)
         return (-self.alibi_slopes.to(device=device, dtype=work)[:, None] * distance).to(dtype)

@@ -33,7 +33,7 @@ from typing import Any, Literal, Optional, Tuple, Union, overload
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_bool, check_float_dtype as _float_dtype, check_int, check_layout
+from ._validate import at_least_float32, check_bool, check_float_dtype as _float_dtype, check_int, check_layout
 from ._validate import make_module_callable, one_of
 from ._flex import _FLEX, _flex_available, _path_flex
 from ._fused_alibi import _path_fold, _path_key_bias, key_bias_available
@@ -267,7 +267,7 @@ def _distance_values(d, slopes, distance_bias, window, dtype):
     allowed = d >= 0
     if window is not None:
         allowed = allowed & (d < window)
-    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    work = at_least_float32(dtype)
     out = torch.zeros(shape, dtype=work, device=d.device).expand(heads, *d.shape)
     if slopes is not None:
         out = out - slopes.to(work).view(shape) * d.clamp(min=0).to(work)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._validate import check_int, check_number
+from ._validate import at_least_float32, check_int, check_number
 from ._validate import check_device as _device
 from ._validate import check_float_dtype as _float_dtype
 from .masks import _as_tensor, _by_distance, _finite, relative_positions
@@ -84,8 +84,7 @@ def _check_values(r1: torch.Tensor, r2: torch.Tensor, r2_max: Optional[float], k
 def _distances(q_len: int, k_len: Optional[int], like: torch.Tensor) -> torch.Tensor:
     """``(q, k)`` distances ``|m - n|``, in ``like``'s dtype, or float32 for half precision (float16 holds no
     distance above 65504, bfloat16 rounds those above 256): the kernel is then computed in float32."""
-    work = torch.float32 if like.dtype in (torch.float16, torch.bfloat16) else like.dtype
-    return relative_positions(q_len, k_len, device=like.device).abs().to(work)
+    return relative_positions(q_len, k_len, device=like.device).abs().to(at_least_float32(like.dtype))
 
 
 def kerple_power_bias(r1: ParamLike, r2: ParamLike, q_len: int, k_len: Optional[int] = None) -> torch.Tensor:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Dict, Optional, TypedDict
 
 from ._validate import check_int, check_number, one_of
-from . import scheme
 from .model import TinyLM
+from .scheme import scheme_name
 from .runtime import running_mode
 
 __all__ = ["TrainingPreset", "training_preset"]
@@ -92,8 +92,7 @@ class TrainingPreset:
         """
         kwargs: Dict[str, Any] = dict(self.model_kwargs(), train_len=self.seq_len)
         if isinstance(position, str):  # as TinyLM reads it ("T5" is "t5"), so that its size below applies
-            position = one_of("position", position, scheme.POSITION_SCHEMES,
-                              also=" or a posenc.PositionScheme object", aliases={"nope": "none"})
+            position = scheme_name(position)
         if position == "learned":
             kwargs["max_len"] = check_int("max_len_factor", max_len_factor) * self.seq_len
         if position == "t5":  # T5: 32 buckets up to 128 for L = 512; here up to L / 2

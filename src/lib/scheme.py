@@ -95,6 +95,13 @@ def register_scheme(name: str, factory: Optional[Callable[..., "PositionScheme"]
     return add if factory is None else add(factory)
 
 
+def scheme_name(position: Any) -> str:
+    """The registered name ``position`` reads as: "RoPE", "ALiBi", "p-rope", "kerple-log", "NoPE" are "rope",
+    "alibi", "p_rope", "kerple_log", "none"; else ``ValueError`` ("did you mean 'alibi'?" for "alibbi")."""
+    return one_of("position", position, POSITION_SCHEMES, also=" or a posenc.PositionScheme object",
+                  aliases={"nope": "none"})
+
+
 def position_scheme(position: Any, **options: Any) -> "PositionScheme":
     """The scheme object for ``position``: a registered name (built with ``options``) or a scheme object.
 
@@ -111,9 +118,7 @@ def position_scheme(position: Any, **options: Any) -> "PositionScheme":
             raise ValueError(f"options {sorted(options)} are for a scheme given by name; "
                              f"{type(position).__name__} is already built")
         return position
-    # the registered spelling of "RoPE", "ALiBi", "p-rope", "kerple-log"; "did you mean 'alibi'?" for "alibbi"
-    position = one_of("position", position, POSITION_SCHEMES, also=" or a posenc.PositionScheme object",
-                      aliases={"nope": "none"})
+    position = scheme_name(position)
     factory = _REGISTRY[position]
     try:
         inspect.signature(factory).bind(**options)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ._validate import _align_positions, _float_tensor, _real_tensor
-from ._validate import check_bool, check_even_dim, check_int, check_number
+from ._validate import check_bool, check_even_dim, check_id_shape, check_int, check_number
 from ._validate import check_float_dtype as _float_dtype
 from .scheme import PositionScheme, _kept, register_scheme
 
@@ -316,12 +316,7 @@ def _check_embed_input(x: torch.Tensor, d_model: int) -> torch.Tensor:
 def _check_embed_ids(positions: Any, x: torch.Tensor) -> torch.Tensor:
     """``positions`` for ``embed(x, positions)``: integer ids ``>= 0`` of shape ``(batch, seq)`` or ``(seq,)``
     (an index below 0 would read a row from the end of the table)."""
-    seq = x.shape[-2]
-    if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32, torch.int16) \
-            or tuple(positions.shape) not in (tuple(x.shape[:-1]), (seq,)):
-        raise ValueError(f"positions must be integer ids of shape {tuple(x.shape[:-1])} or ({seq},) for x of shape "
-                         f"{tuple(x.shape)}, got {getattr(positions, 'shape', type(positions).__name__)} "
-                         f"{getattr(positions, 'dtype', '')}")
+    check_id_shape(positions, x.shape[0] if x.ndim == 3 else -1, x.shape[-2], f"x of shape {tuple(x.shape)}")
     if positions.numel() and not positions.is_meta and bool((positions < 0).any()):
         raise ValueError(f"positions must be ids >= 0, got {int(positions.min())}")
     return positions
