@@ -471,3 +471,26 @@ def test_the_evidence_check_starts_the_longest_chapters_first_in_that_order(monk
     assert given == [str(p) for p in expected] != [str(p) for p in check.training_chapters()]
     assert args[args.index("--dist") + 1] == "loadfile" and "--no-loadscope-reorder" in args
     assert kw["env"]["ATEN_CPU_CAPABILITY"] == "avx2" and kw["env"]["POSENC_SEED"] == "1"
+
+
+def test_train_seeds_takes_one_list_of_starting_runs_per_configuration(tmp_path, monkeypatch):
+    """init={name: runs}: each configuration and seed fine-tunes its own earlier run, as pe.train(init=) would."""
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    task = pe.MarkovChain(vocab_size=4, order=1, seed=0)
+    warmup = pe.PeriodicSequence(4, min_period=2, max_period=3)
+    makers = {s: (lambda s=s: pe.TinyLM(4, d_model=16, n_layers=1, n_heads=2, position=s)) for s in ["rope", "alibi"]}
+    kw = dict(steps=3, seq_len=8, batch_size=2, progress=False)
+    warm = pe.train_seeds(makers, warmup, [0, 1], **kw)
+    tuned = pe.train_seeds(makers, task, [0, 1], init=warm, **dict(kw, steps=2, warmup=0))
+    for name in makers:
+        for i, seed in enumerate([0, 1]):
+            alone = pe.train(makers[name](), task, seed=seed, init=warm[name][i], cache=False, **dict(kw, steps=2, warmup=0))
+            assert tuned[name][i].losses == alone.losses
+            assert torch.equal(tuned[name][i].model.state_dict()["tok.weight"], alone.model.state_dict()["tok.weight"])
+    assert tuned["rope"][0].losses != tuned["alibi"][0].losses
+    with pytest.raises(ValueError, match=r"make_model's names \['alibi', 'rope'\]"):
+        pe.train_seeds(makers, task, [0, 1], init={"rope": warm["rope"]}, **kw)
+    with pytest.raises(ValueError, match=r"init\['alibi'\] must be a list of 2"):
+        pe.train_seeds(makers, task, [0, 1], init={"rope": warm["rope"], "alibi": warm["alibi"][:1]}, **kw)
+    with pytest.raises(ValueError, match=r"init must be a list of 2"):
+        pe.train_seeds(makers, task, [0, 1], init=warm["rope"][:1], **kw)

@@ -126,3 +126,75 @@ def test_bad_batches_are_refused():
         task.batch(2, 32, generator=0)
     with pytest.raises(ValueError, match="batch_size"):
         task.batch(0, 32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(vocab=st.integers(2, 40), lo=st.integers(2, 12), span=st.integers(0, 12), extra=st.integers(0, 40),
+       batch=st.integers(1, 6), seed=st.integers(0, 2 ** 31))
+def test_a_periodic_sequence_repeats_a_block_of_distinct_tokens_and_asks_for_the_next_from_the_second_period(
+        vocab, lo, span, extra, batch, seed):
+    lo = min(lo, vocab)
+    hi = min(lo + span, vocab)
+    task = pe.PeriodicSequence(vocab, min_period=lo, max_period=hi)
+    n = task.min_len + extra
+    x, y = task.batch(batch, n, torch.Generator().manual_seed(seed))
+    assert x.shape == y.shape == (batch, n) and x.dtype == y.dtype == torch.int64
+    assert int(x.min()) >= 0 and int(x.max()) < vocab
+    for b in range(batch):
+        row = x[b].tolist()
+        p = next(q for q in range(1, n + 1) if all(row[t] == row[t - q] for t in range(q, n)))   # the shortest period
+        assert lo <= p <= hi and len(set(row[:p])) == p                                       # a block of distinct tokens
+        expected = [pe.IGNORE_INDEX] * p + [row[(t + 1) % p] for t in range(p, n)]             # the token after, one period back
+        assert y[b].tolist() == expected
+        assert y[b, p:-1].tolist() == row[p + 1:]                                              # which is the next input
+
+
+def test_every_period_of_the_range_occurs_and_the_generator_decides_the_batch():
+    task = pe.PeriodicSequence(20, min_period=3, max_period=7)
+    x, y = task.batch(400, 30, torch.Generator().manual_seed(1))
+    periods = (y == pe.IGNORE_INDEX).sum(1)
+    assert set(periods.tolist()) == set(range(3, 8))
+    again = task.batch(400, 30, torch.Generator().manual_seed(1))
+    assert torch.equal(x, again[0]) and torch.equal(y, again[1])
+    assert not torch.equal(x, task.batch(400, 30, torch.Generator().manual_seed(2))[0])
+    assert task.config == dict(kind="periodic_sequence", vocab_size=20, min_period=3, max_period=7)
+    assert task.config != pe.PeriodicSequence(20, min_period=3, max_period=8).config
+    assert repr(task) == "PeriodicSequence(vocab_size=20, min_period=3, max_period=7)"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(vocab_size=1), "vocab_size"),
+    (dict(vocab_size=10, min_period=1), "min_period"),
+    (dict(vocab_size=10, min_period=5, max_period=4), "min_period <= max_period"),
+    (dict(vocab_size=10, max_period=11), "max_period <= vocab_size"),
+    (dict(vocab_size=10, min_period=2.5), "min_period"),
+    (dict(vocab_size="10"), "vocab_size"),
+])
+def test_a_periodic_sequence_refuses_bad_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pe.PeriodicSequence(**kwargs)
+
+
+def test_a_periodic_sequence_refuses_a_length_without_a_target_in_every_row():
+    task = pe.PeriodicSequence(10, min_period=2, max_period=6)
+    with pytest.raises(ValueError, match="at least 7"):
+        task.batch(2, 6)
+    assert (task.batch(64, 7, torch.Generator().manual_seed(0))[1] != pe.IGNORE_INDEX).any(1).all()
+    with pytest.raises(ValueError, match="split"):
+        task.batch(2, 8, split="test")
+    with pytest.raises(ValueError, match="generator"):
+        task.batch(2, 8, generator=0)
+
+
+def test_the_warm_up_teaches_the_recall_task_the_plateau_hides():
+    """Small preset, one seed: recall alone stays near the plateau (about 1/4 of 4 pairs) where the warm-up
+    followed by as many recall steps solves it; the book's chapter 7 checks every seed it uses."""
+    P = pe.training_preset("small")
+    recall = pe.AssociativeRecall(n_pairs=4)
+    kw = dict(P.train_kwargs(), cache=False, progress=False)
+    accuracy = lambda run: pe.evaluate_lengths(run.model, recall, [P.seq_len], batches=8, batch_size=16, seed=5,  # noqa: E731
+                                               cache=False)[P.seq_len].accuracy
+    warm = pe.train(P.make_model(recall.vocab_size, "rope"), pe.PeriodicSequence(recall.vocab_size), **dict(kw, steps=2 * P.steps))
+    tuned = pe.train(P.make_model(recall.vocab_size, "rope"), recall, init=warm, **kw)
+    alone = pe.train(P.make_model(recall.vocab_size, "rope"), recall, **kw)
+    assert accuracy(tuned) > 0.95 and accuracy(alone) < 0.6

@@ -165,7 +165,7 @@ from .model import (
 from .data import IGNORE_INDEX, MarkovChain, FirstTokenRetrieval, LaggedCopy
 from .corpora import CHARS, CharCorpus, python_docs, tiny_shakespeare, wikitext
 from .ruler import MultiKeyRetrieval, MultiValueRetrieval, VariableTracking
-from .recall import AssociativeRecall
+from .recall import AssociativeRecall, PeriodicSequence
 from .flipflop import FlipFlop
 from .passkey import (
     PasskeyRetrieval,
@@ -351,6 +351,7 @@ __all__ = [
     "MultiValueRetrieval",
     "VariableTracking",
     "AssociativeRecall",
+    "PeriodicSequence",
     "Verdict",
     "judge",
     "Claim",

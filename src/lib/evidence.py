@@ -230,7 +230,8 @@ def _die_with(parent: int) -> None:  # pragma: no cover (a child)
 
 
 def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], Any]]], data: Any,
-                seed_list: Optional[Sequence[int]] = None, *, init: Optional[Sequence[TrainResult]] = None,
+                seed_list: Optional[Sequence[int]] = None, *,
+                init: Union[None, Sequence[TrainResult], Mapping[str, Sequence[TrainResult]]] = None,
                 workers: Optional[int] = None, **train_kwargs: Any) -> Any:
     """Train a fresh model on ``data`` once per seed (or every configuration of a dict, once per seed).
 
@@ -252,7 +253,10 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
         seed_list: the seeds, default :func:`seeds` (``seed=`` is refused).
         init: fine-tune: one earlier :class:`~posenc.TrainResult` per seed
             (``init[i]`` starts the run of ``seed_list[i]``), e.g. the list an
-            earlier ``train_seeds`` returned.
+            earlier ``train_seeds`` returned; with a dict ``make_model``, either
+            one list for every configuration or a dict of such lists with the
+            same names (``init[name][i]``), e.g. the dict an earlier
+            ``train_seeds`` returned (a warm-up, then the task).
         workers: processes that train side by side on a CPU (default: the
             cores this process may use, its CPU affinity capped by
             ``$OMP_NUM_THREADS`` when set, at most one per run). Each trains on
@@ -275,17 +279,27 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
     if "seed" in train_kwargs:
         raise ValueError("pass the seeds as seed_list, not seed=")
     seed_list = _seed_list(seed_list)
+    init_runs: Optional[Dict[Any, List[Any]]] = None
     if init is not None:
-        init = list(init) if isinstance(init, (list, tuple)) else init
-        if not isinstance(init, list) or len(init) != len(seed_list):
-            raise ValueError(f"init must be a list of {len(seed_list)} earlier runs, one per seed")
+        by_name = isinstance(init, Mapping)
+        starts = init if by_name else {name: init for name in makers}
+        if by_name and set(init) != set(makers):
+            raise ValueError(f"init given as a dict must have make_model's names {sorted(map(str, makers))}, "
+                             f"got {sorted(map(str, init))}")
+        init_runs = {}
+        for name, runs in starts.items():
+            runs = list(runs) if isinstance(runs, (list, tuple)) else runs
+            if not isinstance(runs, list) or len(runs) != len(seed_list):
+                raise ValueError(f"init{f'[{name!r}]' if by_name else ''} must be a "
+                                 f"list of {len(seed_list)} earlier runs, one per seed")
+            init_runs[name] = runs
     jobs = []
     for name, maker in makers.items():
         for i, s in enumerate(seed_list):
             model = maker()
             if any(model is job[1] for job in jobs):
                 raise ValueError("make_model must return a new model on every call")
-            kwargs = dict(train_kwargs, seed=s, **({} if init is None else {"init": init[i]}))
+            kwargs = dict(train_kwargs, seed=s, **({} if init_runs is None else {"init": init_runs[name][i]}))
             jobs.append((name, model, kwargs))
     progress = check_bool("progress", train_kwargs.pop("progress", True))
     # every run checked, and its cache entry looked up, before any trains

@@ -2,7 +2,7 @@
 
 The Markov chain of chapter 7 needs the last two tokens only, so it cannot
 tell a scheme that reaches far from one that does not. Multi-query
-associative recall (MQAR; Arora et al., 2023, "Zoology: Measuring and
+associative recall (MQAR; Arora et al., 2024, "Zoology: Measuring and
 Improving Recall in Efficient Language Models") is the field's standard probe
 of recall: key-value pairs at the start of the sequence, then filler, and
 later each key again, after which the model must produce its value::
@@ -23,6 +23,14 @@ after the pair block) and the filler's vocabulary. Solving it takes two
 steps, as an induction head does (Olsson et al., 2022): find the earlier
 occurrence of the query's key by content, and read the token after it.
 
+A tiny model learns it slowly from the recall task alone: the small
+preset sits for thousands of steps on a plateau where it answers with *some*
+value of the pair block (about ``1 / n_pairs`` right), because the two steps
+only pay off together. :class:`PeriodicSequence` teaches the same two steps
+on sequences where every token is a target; a model warmed up on it for a
+few hundred steps then learns the recall task within a few hundred more
+(chapter 7).
+
 Token ids: filler ``0 .. n_filler-1``, keys ``n_filler .. n_filler+n_keys-1``,
 values after them; ``vocab_size = n_filler + n_keys + n_values``. The source
 follows the protocol of :mod:`posenc.data` (``vocab_size``, ``batch``,
@@ -38,11 +46,11 @@ import torch
 from ._validate import check_int
 from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
 
-__all__ = ["AssociativeRecall"]
+__all__ = ["AssociativeRecall", "PeriodicSequence"]
 
 
 class AssociativeRecall:
-    """Multi-query associative recall (MQAR; Arora et al., 2023): recall values given far earlier.
+    """Multi-query associative recall (MQAR; Arora et al., 2024): recall values given far earlier.
 
     A sequence of ``seq_len`` tokens holds ``n_pairs`` pairs ``key value`` at
     positions ``0 .. 2 n_pairs - 1`` (distinct keys, values drawn with
@@ -134,4 +142,79 @@ class AssociativeRecall:
         inputs[rows, t + 1] = values.gather(1, asked)
         targets = torch.full_like(inputs, IGNORE_INDEX)
         targets[rows, t] = values.gather(1, asked)
+        return inputs, targets
+
+
+class PeriodicSequence:
+    """A block of distinct random tokens repeated to the end: the warm-up that teaches an induction head.
+
+    Each sequence draws a period ``p`` uniformly from ``[min_period,
+    max_period]`` and ``p`` distinct tokens ``b_0 .. b_{p-1}`` of the
+    vocabulary, and repeats them: ``inputs[t] = b_{t mod p}``. From position
+    ``p`` on, the current token has occurred one period earlier, and the next
+    one is the token that followed it there: ``targets[t] = b_{(t+1) mod p}``
+    for ``t >= p``; the first ``p`` targets are ignored (``-100``), since no
+    earlier occurrence says what comes next. The period changes from sequence
+    to sequence, so no fixed offset answers: the model must find the earlier
+    occurrence of the current token by its content and read the token after
+    it, the two-step circuit of an induction head (Olsson et al., 2022, "In-context
+    Learning and Induction Heads"), which is also what
+    :class:`AssociativeRecall` needs. Almost every position is a target, so the
+    circuit forms within a few hundred steps of the small preset.
+
+    Args:
+        vocab_size: the tokens drawn from ``0 .. vocab_size-1`` (that of the
+            task trained next, so that the same model serves both).
+        min_period, max_period: the range of the period (``2 <= min_period <=
+            max_period <= vocab_size``: the tokens of a block are distinct).
+
+    >>> task = PeriodicSequence(8, min_period=3, max_period=3)
+    >>> x, y = task.batch(1, 8, torch.Generator().manual_seed(0))
+    >>> bool((x[0, 3:] == x[0, :5]).all())             # one block of 3, repeated
+    True
+    >>> y[0, :3].tolist(), bool((y[0, 3:7] == x[0, 4:8]).all())   # from position 3 on: the next token
+    ([-100, -100, -100], True)
+    """
+
+    kind = "periodic_sequence"
+
+    def __init__(self, vocab_size: int, *, min_period: int = 4, max_period: int = 16) -> None:
+        self.vocab_size = check_int("vocab_size", vocab_size, 2)
+        self.min_period = check_int("min_period", min_period, 2)
+        self.max_period = check_int("max_period", max_period, 2)
+        if not self.min_period <= self.max_period <= self.vocab_size:
+            raise ValueError(f"need 2 <= min_period <= max_period <= vocab_size (a block holds distinct tokens), got "
+                             f"min_period={self.min_period}, max_period={self.max_period}, vocab_size={self.vocab_size}")
+
+    @property
+    def min_len(self) -> int:
+        """The shortest sequence with a target in every row: one token past the longest period."""
+        return self.max_period + 1
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """Identifies the task (for caching)."""
+        return dict(kind=self.kind, vocab_size=self.vocab_size, min_period=self.min_period, max_period=self.max_period)
+
+    def __repr__(self) -> str:
+        return (f"PeriodicSequence(vocab_size={self.vocab_size}, min_period={self.min_period}, "
+                f"max_period={self.max_period})")
+
+    def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
+              *, split: str = "train") -> Batch:
+        """``(inputs, targets)``, each ``(batch_size, seq_len)`` int64; ``seq_len >= min_len``.
+
+        ``split`` is accepted for the common interface (the task has no held-out text).
+        """
+        batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
+        _check_generator(generator)
+        if seq_len < self.min_len:
+            raise ValueError(f"seq_len must be at least {self.min_len} (max_period + 1, so that every sequence has a "
+                             f"target), got {seq_len}")
+        period = torch.randint(self.min_period, self.max_period + 1, (batch_size, 1), generator=generator)  # (b, 1)
+        block = torch.rand(batch_size, self.vocab_size, generator=generator).argsort(dim=1)[:, :self.max_period]
+        t = torch.arange(seq_len)[None]                                                                   # (1, n)
+        inputs = block.gather(1, (t % period).expand(batch_size, -1))                                     # (b, n)
+        following = block.gather(1, ((t + 1) % period).expand(batch_size, -1))                            # b_{(t+1) mod p}
+        targets = torch.where(t >= period, following, torch.full_like(following, IGNORE_INDEX))
         return inputs, targets
