@@ -282,17 +282,17 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
     init_runs: Optional[Dict[Any, List[Any]]] = None
     if init is not None:
         by_name = isinstance(init, Mapping)
-        starts = init if by_name else {name: init for name in makers}
+        starts: Mapping[Any, Any] = init if isinstance(init, Mapping) else {name: init for name in makers}
         if by_name and set(init) != set(makers):
             raise ValueError(f"init given as a dict must have make_model's names {sorted(map(str, makers))}, "
                              f"got {sorted(map(str, init))}")
         init_runs = {}
-        for name, runs in starts.items():
-            runs = list(runs) if isinstance(runs, (list, tuple)) else runs
-            if not isinstance(runs, list) or len(runs) != len(seed_list):
+        for name, given in starts.items():
+            given = list(given) if isinstance(given, (list, tuple)) else given
+            if not isinstance(given, list) or len(given) != len(seed_list):
                 raise ValueError(f"init{f'[{name!r}]' if by_name else ''} must be a "
                                  f"list of {len(seed_list)} earlier runs, one per seed")
-            init_runs[name] = runs
+            init_runs[name] = given
     jobs = []
     for name, maker in makers.items():
         for i, s in enumerate(seed_list):

@@ -39,7 +39,7 @@ follows the protocol of :mod:`posenc.data` (``vocab_size``, ``batch``,
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -47,6 +47,16 @@ from ._validate import check_int
 from .data import IGNORE_INDEX, Batch, _check_batch_args, _check_generator
 
 __all__ = ["AssociativeRecall", "PeriodicSequence"]
+
+
+def _batch_request(batch_size: int, seq_len: int, split: str, generator: Optional[torch.Generator], min_len: int,
+                   why: str) -> Tuple[int, int]:
+    """The checked ``(batch_size, seq_len)`` of a ``batch`` call, ``seq_len`` at least ``min_len`` (``why`` says why)."""
+    batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
+    _check_generator(generator)
+    if seq_len < min_len:
+        raise ValueError(f"seq_len must be at least {min_len} ({why}), got {seq_len}")
+    return batch_size, seq_len
 
 
 class AssociativeRecall:
@@ -120,11 +130,9 @@ class AssociativeRecall:
 
         ``split`` is accepted for the common interface (the task has no held-out text).
         """
-        batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
-        _check_generator(generator)
-        if seq_len < self.min_len:
-            raise ValueError(f"seq_len must be at least {self.min_len} (2 x {self.n_pairs} pair tokens, a gap of "
-                             f"{self.min_gap}, 2 x {self.n_queries} query tokens), got {seq_len}")
+        batch_size, seq_len = _batch_request(batch_size, seq_len, split, generator, self.min_len,
+                                             f"2 x {self.n_pairs} pair tokens, a gap of {self.min_gap}, "
+                                             f"2 x {self.n_queries} query tokens")
         b, p, q = batch_size, self.n_pairs, self.n_queries
         rows = torch.arange(b)[:, None]
         keys = torch.rand(b, self.n_keys, generator=generator).argsort(dim=1)[:, :p] + self.key_offset  # (b, p)
@@ -206,11 +214,8 @@ class PeriodicSequence:
 
         ``split`` is accepted for the common interface (the task has no held-out text).
         """
-        batch_size, seq_len = _check_batch_args(batch_size, seq_len, split)
-        _check_generator(generator)
-        if seq_len < self.min_len:
-            raise ValueError(f"seq_len must be at least {self.min_len} (max_period + 1, so that every sequence has a "
-                             f"target), got {seq_len}")
+        batch_size, seq_len = _batch_request(batch_size, seq_len, split, generator, self.min_len,
+                                             "max_period + 1, so that every sequence has a target")
         period = torch.randint(self.min_period, self.max_period + 1, (batch_size, 1), generator=generator)  # (b, 1)
         block = torch.rand(batch_size, self.vocab_size, generator=generator).argsort(dim=1)[:, :self.max_period]
         t = torch.arange(seq_len)[None]                                                                   # (1, n)
