@@ -140,12 +140,13 @@ def check_layout(layout: Any) -> str:
                   "(batch, seq, heads, head_dim))")
 
 
-def check_id_shape(positions: Any, batch: int, seq: int, of: str) -> torch.Tensor:
-    """``positions`` if it is integer ids of shape ``(seq,)`` or ``(batch, seq)``, else ``ValueError`` naming
-    ``of``, what they are the positions of (``"idx of shape (2, 5)"``)."""
+def check_id_shape(positions: Any, batch: Optional[int], seq: int, of: str) -> torch.Tensor:
+    """``positions`` if it is integer ids of shape ``(seq,)`` or ``(batch, seq)`` (only ``(seq,)`` where ``batch``
+    is ``None``), else ``ValueError`` naming ``of``, what they are the positions of (``"idx of shape (2, 5)"``)."""
+    shapes = [(seq,)] if batch is None else [(seq,), (batch, seq)]
     if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32, torch.int16) \
-            or tuple(positions.shape) not in ((seq,), (batch, seq)):
-        raise ValueError(f"positions must be integer ids of shape ({seq},) or ({batch}, {seq}) for {of}, got "
+            or tuple(positions.shape) not in shapes:
+        raise ValueError(f"positions must be integer ids of shape {' or '.join(map(str, shapes))} for {of}, got "
                          f"{getattr(positions, 'shape', type(positions).__name__)} {getattr(positions, 'dtype', '')}")
     return positions
 

@@ -202,11 +202,13 @@ class PeriodicSequence:
     @property
     def config(self) -> Dict[str, Any]:
         """Identifies the task (for caching)."""
-        return dict(kind=self.kind, vocab_size=self.vocab_size, min_period=self.min_period, max_period=self.max_period)
+        return dict(kind=self.kind, **self._options())
+
+    def _options(self) -> Dict[str, Any]:
+        return dict(vocab_size=self.vocab_size, min_period=self.min_period, max_period=self.max_period)
 
     def __repr__(self) -> str:
-        return (f"PeriodicSequence(vocab_size={self.vocab_size}, min_period={self.min_period}, "
-                f"max_period={self.max_period})")
+        return f"PeriodicSequence({', '.join(f'{k}={v}' for k, v in self._options().items())})"
 
     def batch(self, batch_size: int, seq_len: int, generator: Optional[torch.Generator] = None,
               *, split: str = "train") -> Batch:

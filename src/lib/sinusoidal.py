@@ -316,7 +316,7 @@ def _check_embed_input(x: torch.Tensor, d_model: int) -> torch.Tensor:
 def _check_embed_ids(positions: Any, x: torch.Tensor) -> torch.Tensor:
     """``positions`` for ``embed(x, positions)``: integer ids ``>= 0`` of shape ``(batch, seq)`` or ``(seq,)``
     (an index below 0 would read a row from the end of the table)."""
-    check_id_shape(positions, x.shape[0] if x.ndim == 3 else -1, x.shape[-2], f"x of shape {tuple(x.shape)}")
+    check_id_shape(positions, x.shape[0] if x.ndim == 3 else None, x.shape[-2], f"x of shape {tuple(x.shape)}")
     if positions.numel() and not positions.is_meta and bool((positions < 0).any()):
         raise ValueError(f"positions must be ids >= 0, got {int(positions.min())}")
     return positions
