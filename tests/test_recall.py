@@ -198,3 +198,54 @@ def test_the_warm_up_teaches_the_recall_task_the_plateau_hides():
     tuned = pe.train(P.make_model(recall.vocab_size, "rope"), recall, init=warm, **kw)
     alone = pe.train(P.make_model(recall.vocab_size, "rope"), recall, **kw)
     assert accuracy(tuned) > 0.95 and accuracy(alone) < 0.6
+
+
+def test_recall_accuracy_places_every_query_beyond_the_training_distance_and_equals_evaluate_lengths():
+    task = pe.AssociativeRecall(n_pairs=2)
+    model = pe.TinyLM(task.vocab_size, d_model=16, n_layers=1, n_heads=2, position="alibi")
+    far = pe.AssociativeRecall(n_pairs=2, min_gap=40 - 16)
+    by_hand = pe.evaluate_lengths(model, far, [40], batches=2, batch_size=4, seed=7, cache=False)[40].accuracy
+    assert pe.recall_accuracy(model, task, 40, train_len=16, sequences=8, batch_size=4, seed=7) == by_hand
+    for x, y in pe.evaluation_batches(far, 40, batches=2, batch_size=4, seed=7):  # what it reads: queries after the gap
+        first_query = (y != pe.IGNORE_INDEX).float().argmax(dim=1)
+        assert (first_query >= 2 * task.n_pairs + 40 - 16).all()
+    within = pe.evaluate_lengths(model, task, [16], batches=2, batch_size=4, seed=7, cache=False)[16].accuracy
+    assert pe.recall_accuracy(model, task, 16, train_len=16, sequences=8, batch_size=4, seed=7) == within  # no gap
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(recall=pe.PeriodicSequence(40)), "AssociativeRecall"),
+    (dict(sequences=10, batch_size=4), "multiple of batch_size"),
+    (dict(length=0), "length"),
+    (dict(train_len=-1), "train_len"),
+    (dict(length=12, train_len=16, recall=pe.AssociativeRecall(n_pairs=4, min_gap=5)), "at least 21"),
+])
+def test_recall_accuracy_refuses_bad_input(kwargs, match):
+    recall = kwargs.pop("recall", pe.AssociativeRecall(n_pairs=2))
+    args = {**dict(length=32, train_len=16, sequences=8, batch_size=4), **kwargs}
+    model = pe.TinyLM(recall.vocab_size, d_model=16, n_layers=1, n_heads=2, position="alibi")
+    with pytest.raises(ValueError, match=match):
+        pe.recall_accuracy(model, recall, args.pop("length"), **args)
+
+
+def test_train_recall_seeds_is_the_warm_up_then_recall_from_it_and_refuses_what_it_would_ignore(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path))
+    recall = pe.AssociativeRecall(n_pairs=2)
+    make = lambda: pe.TinyLM(recall.vocab_size, d_model=16, n_layers=1, n_heads=2, position="rope")  # noqa: E731
+    kw = dict(steps=4, seq_len=24, batch_size=4, warmup=0, progress=False, workers=1)
+    runs = pe.train_recall_seeds({"rope": make}, recall, [0, 1], **kw)
+    warm = pe.train_seeds({"rope": make}, pe.PeriodicSequence(recall.vocab_size), [0, 1], **dict(kw, steps=8))
+    by_hand = pe.train_seeds({"rope": make}, recall, [0, 1], init=warm, **kw)
+    assert all(w.from_cache for w in warm["rope"]) and all(r.from_cache for r in by_hand["rope"])  # the same runs
+    for a, b in zip(runs["rope"], by_hand["rope"]):
+        assert a.key == b.key and a.losses == b.losses
+    three = pe.train_recall_seeds(make, recall, [0], warmup_steps=3, **kw)    # one function: a list per seed
+    assert len(three) == 1 and three[0].key != runs["rope"][0].key            # another warm-up, another run
+    with pytest.raises(ValueError, match="AssociativeRecall"):
+        pe.train_recall_seeds(make, pe.PeriodicSequence(recall.vocab_size), [0], **kw)
+    with pytest.raises(ValueError, match="init"):
+        pe.train_recall_seeds(make, recall, [0], init=warm["rope"][:1], **kw)
+    with pytest.raises(ValueError, match="steps"):
+        pe.train_recall_seeds(make, recall, [0], **{k: v for k, v in kw.items() if k != "steps"})
+    with pytest.raises(ValueError, match="warmup_steps"):
+        pe.train_recall_seeds(make, recall, [0], warmup_steps=0, **kw)

@@ -179,7 +179,7 @@ from .train import (
     run_key,
     train,
 )
-from .evaluate import LengthResult, evaluate_lengths, evaluation_batches
+from .evaluate import LengthResult, evaluate_lengths, evaluation_batches, recall_accuracy
 from .sampling import POSITION_SAMPLINGS, pose_positions, randomized_positions, sample_positions
 from .spread import Spread, spread, separated, glue
 from .evidence import (
@@ -190,6 +190,7 @@ from .evidence import (
     over_seeds,
     per_seed,
     train_seeds,
+    train_recall_seeds,
 )
 from .claims import Verdict, judge
 from .ledger import Claim, claim, entries_in_notebook
@@ -370,6 +371,8 @@ __all__ = [
     "over_seeds",
     "per_seed",
     "train_seeds",
+    "train_recall_seeds",
+    "recall_accuracy",
     "separated",
     "glue",
     "run_key",

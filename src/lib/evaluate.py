@@ -20,9 +20,10 @@ from .data import IGNORE_INDEX
 from .model import TinyLM
 from ._costs import accounted
 from ._validate import check_bool, check_device_here, check_int, check_number, check_sequence
+from .recall import AssociativeRecall
 from .sampling import _check_sampling, sample_positions
 
-__all__ = ["LengthResult", "evaluate_lengths", "evaluation_batches"]
+__all__ = ["LengthResult", "evaluate_lengths", "evaluation_batches", "recall_accuracy"]
 
 
 @dataclass
@@ -215,6 +216,36 @@ def evaluate_lengths(
         finally:
             model.train(was_training)
     return out
+
+
+def recall_accuracy(model: TinyLM, recall: AssociativeRecall, length: int, *, train_len: int, sequences: int = 128,
+                    batch_size: int = 16, seed: int = 1234) -> float:
+    """Associative recall tested beyond training: accuracy at ``length`` with every answer far back.
+
+    The queries of ``recall`` (an :class:`~posenc.recall.AssociativeRecall`)
+    are placed at least ``length - train_len`` tokens after the pairs, so that
+    from ``2 * train_len`` on every answer lies further back than any distance
+    the model saw in training (Arora et al., 2024, ask their queries anywhere;
+    here the gap is the point). ``sequences`` sequences (a multiple of
+    ``batch_size``) through :func:`evaluate_lengths`, cached like it; the
+    model's evaluation-time settings apply.
+
+    Returns:
+        The fraction of queries answered with their value (chance: ``recall.chance``).
+    """
+    if not isinstance(recall, AssociativeRecall):
+        raise ValueError(f"recall must be a posenc.AssociativeRecall, got {type(recall).__name__}")
+    length, train_len, sequences, batch_size = (_positive(name, value) for name, value in (
+        ("length", length), ("train_len", train_len), ("sequences", sequences), ("batch_size", batch_size)))
+    if sequences % batch_size:
+        raise ValueError(f"sequences must be a multiple of batch_size, got sequences={sequences}, batch_size={batch_size}")
+    options = {**recall._options(), "min_gap": max(recall.min_gap, length - train_len)}
+    far = AssociativeRecall(**options)
+    if length < far.min_len:
+        raise ValueError(f"length must be at least {far.min_len} to hold the pairs, a gap of {far.min_gap} and the "
+                         f"queries, got length={length}")
+    return evaluate_lengths(model, far, [length], batches=sequences // batch_size, batch_size=batch_size,
+                            seed=seed)[length].accuracy
 
 
 def _passes(batches: int, batch_size: int, per_pass: int) -> Iterator[int]:

@@ -33,11 +33,13 @@ import torch
 from ._costs import accounted
 from ._validate import check_bool, check_int, check_sequence
 from .runtime import _RunBusy
+from .recall import AssociativeRecall, PeriodicSequence
 from .spread import spread
 from .train import (_SET_BAR, TrainResult, _busy_runs_raise, _plan, _progress_bar, _progress_shown, _run,
                     train)
 
-__all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "per_seed", "over_seeds", "train_seeds"]
+__all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "per_seed", "over_seeds", "train_seeds",
+           "train_recall_seeds"]
 
 SEED_ENV = "POSENC_SEED"
 #: The evaluation batches' seed at ``$POSENC_SEED = 0`` (the default of :func:`posenc.evaluate_lengths`).
@@ -337,6 +339,45 @@ def train_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], A
             result = replace(result, from_cache=False, steps_run=trained[i])
         runs[name].append(result)
     return runs[None] if None in runs else runs
+
+
+def train_recall_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callable[[], Any]]], recall: AssociativeRecall,
+                       seed_list: Optional[Sequence[int]] = None, *, warmup_steps: Optional[int] = None,
+                       **train_kwargs: Any) -> Any:
+    """Associative recall's training recipe, over seeds: a warm-up on periodic sequences, then recall.
+
+    Trained on :class:`~posenc.recall.AssociativeRecall` alone, a small model
+    sits for thousands of steps on a plateau (it answers with *some* value of
+    the sequence's pairs): finding the key and reading the token after it pay
+    off only together. So each model first trains for ``warmup_steps``
+    (default: twice ``steps``) on :class:`~posenc.recall.PeriodicSequence`
+    with recall's vocabulary, where almost every token is a target of the same
+    two steps (an induction head, Olsson et al., 2022), then for ``steps`` on
+    ``recall``, starting from its own warm-up (``train_seeds(init=)``). Both
+    stages are cached runs like any other.
+
+    Args:
+        make_model, seed_list: as :func:`train_seeds` (a function or a dict of them).
+        recall: the task.
+        warmup_steps: steps on the periodic sequences.
+        train_kwargs: the other arguments of :func:`~posenc.train`, for both
+            stages (``steps`` for recall; the warm-up's own rate schedule).
+
+    Returns:
+        What :func:`train_seeds` returns for ``recall``: the recall runs per seed
+        (a list, or a dict of lists).
+    """
+    if not isinstance(recall, AssociativeRecall):
+        raise ValueError(f"recall must be a posenc.AssociativeRecall, got {type(recall).__name__}")
+    if "init" in train_kwargs:
+        raise ValueError("train_recall_seeds starts every run from its warm-up: init= is not accepted")
+    if "steps" not in train_kwargs:
+        raise ValueError("steps (the recall stage's) is required, e.g. **P.train_kwargs()")
+    steps = check_int("steps", train_kwargs["steps"], 1)
+    warmup_steps = 2 * steps if warmup_steps is None else check_int("warmup_steps", warmup_steps, 1)
+    warm = train_seeds(make_model, PeriodicSequence(recall.vocab_size), seed_list,
+                       **dict(train_kwargs, steps=warmup_steps))
+    return train_seeds(make_model, recall, seed_list, init=warm, **train_kwargs)
 
 
 def _side_by_side(plans: List[Any], todo: List[int], workers: Optional[int]) -> int:
