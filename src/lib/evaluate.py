@@ -239,11 +239,8 @@ def recall_accuracy(model: TinyLM, recall: AssociativeRecall, length: int, *, tr
         ("length", length), ("train_len", train_len), ("sequences", sequences), ("batch_size", batch_size)))
     if sequences % batch_size:
         raise ValueError(f"sequences must be a multiple of batch_size, got sequences={sequences}, batch_size={batch_size}")
-    options = {**recall._options(), "min_gap": max(recall.min_gap, length - train_len)}
-    far = AssociativeRecall(**options)
-    if length < far.min_len:
-        raise ValueError(f"length must be at least {far.min_len} to hold the pairs, a gap of {far.min_gap} and the "
-                         f"queries, got length={length}")
+    far = AssociativeRecall(**{**recall._options(), "min_gap": max(recall.min_gap, length - train_len)})
+    # a length too short for the pairs, the gap and the queries is refused by far.batch (a ValueError naming them)
     return evaluate_lengths(model, far, [length], batches=sequences // batch_size, batch_size=batch_size,
                             seed=seed)[length].accuracy
 
