@@ -70,7 +70,7 @@ def test_imports_go_one_way():
     from pathlib import Path
 
     rank = {"_validate": 0, "_costs": 0, "_checking": 0, "_evalcache": 0, "_flex": 0, "_fused_alibi": 0, "_rotation": 0, "_source": 0, "masks": 0, "runtime": 0, "data": 0, "corpora": 0, "scheme": 0,
-            "passkey": 0, "ruler": 0, "recall": 0, "flipflop": 0, "autotune": 0, "entropy": 1, "sinusoidal": 1, "rotary": 1, "rope": 1, "rerope": 1, "extend": 1, "alibi": 1, "kerple": 1, "sandwich": 1, "t5": 1, "xpos": 1,
+            "passkey": 0, "ruler": 0, "recall": 0, "flipflop": 0, "even_pairs": 0, "autotune": 0, "entropy": 1, "sinusoidal": 1, "rotary": 1, "rope": 1, "rerope": 1, "extend": 1, "alibi": 1, "kerple": 1, "sandwich": 1, "t5": 1, "xpos": 1,
             "attention": 2, "sinks": 2, "linear": 2, "transnormer": 2, "decay": 2, "ssmax": 2, "cope": 2, "layers": 3, "forgetting": 3,
             "stick_breaking": 3, "_positions": 4, "_saving": 4, "_blocks": 4, "model": 4, "evaluate": 5, "sampling": 0, "train": 5, "presets": 5, "_answers": 4, "_per_sequence": 0, "exercises": 5, "evidence": 6, "spread": 0, "claims": 7, "ledger": 8, "viz": 0, "_render": 0}
     root = Path(pe.__file__).parent

@@ -167,6 +167,7 @@ from .corpora import CHARS, CharCorpus, python_docs, tiny_shakespeare, wikitext
 from .ruler import MultiKeyRetrieval, MultiValueRetrieval, VariableTracking
 from .recall import AssociativeRecall, PeriodicSequence
 from .flipflop import FlipFlop
+from .even_pairs import EvenPairs
 from .passkey import (
     PasskeyRetrieval,
     effective_length,
@@ -340,6 +341,7 @@ __all__ = [
     "FirstTokenRetrieval",
     "LaggedCopy",
     "FlipFlop",
+    "EvenPairs",
     "CharCorpus",
     "python_docs",
     "tiny_shakespeare",
