@@ -1,5 +1,7 @@
 """Multi-query associative recall: the layout of every sequence, the answers, the knobs and bad input."""
 
+import types
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -249,3 +251,53 @@ def test_train_recall_seeds_is_the_warm_up_then_recall_from_it_and_refuses_what_
         pe.train_recall_seeds(make, recall, [0], **{k: v for k, v in kw.items() if k != "steps"})
     with pytest.raises(ValueError, match="warmup_steps"):
         pe.train_recall_seeds(make, recall, [0], warmup_steps=0, **kw)
+
+
+def _untrained_runs(task, names=("alibi", "none"), seeds=2):
+    """{scheme: [an object with .model per seed]}: what train_recall_seeds returns, without training."""
+    def model(scheme, seed):
+        torch.manual_seed(seed)
+        return pe.TinyLM(task.vocab_size, d_model=16, n_layers=1, n_heads=2, position=scheme)
+    return {name: [types.SimpleNamespace(model=model(name, s)) for s in range(seeds)] for name in names}
+
+
+def test_recall_over_seeds_is_recall_accuracy_for_every_model_seed_and_length():
+    task = pe.AssociativeRecall(n_pairs=2)
+    runs = _untrained_runs(task)
+    table = pe.recall_over_seeds(runs, task, [16, 40], train_len=16, sequences=16, within_sequences=32)
+    seed = pe.evaluation_seed()
+    for i in range(2):
+        for name, rs in runs.items():
+            for n in (16, 40):
+                assert table.per_seed[i][name][n] == pe.recall_accuracy(rs[i].model, task, n, train_len=16, sequences=16,
+                                                                        seed=seed)
+            assert table.within[name][i] == pe.recall_accuracy(rs[i].model, task, 16, train_len=16, sequences=32, seed=seed)
+    assert table.spread["alibi"][40].values == tuple(row["alibi"][40] for row in table.per_seed)
+    assert table.worst_within() == {name: min(values) for name, values in table.within.items()}
+
+
+def test_recall_over_seeds_names_the_models_not_solved_within_the_training_length():
+    table = pe.RecallOverSeeds(per_seed=[], within={"a": [0.95, 0.99], "b": [0.97, 0.89], "c": [0.9, 1.0]})
+    assert table.unsolved() == ["b"] and table.unsolved(0.96) == ["a", "b", "c"] and table.unsolved(0.5) == []
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(runs={}), "non-empty dict"),
+    (dict(runs=[1, 2]), "non-empty dict"),
+    (dict(runs="unequal"), "the same seeds"),
+    (dict(runs="none"), "the same seeds"),
+    (dict(recall=pe.PeriodicSequence(16)), "AssociativeRecall"),
+    (dict(lengths=[]), "lengths must not be empty"),
+    (dict(lengths=40), "lengths must be a sequence"),
+    (dict(lengths=[0]), "every length"),
+])
+def test_recall_over_seeds_refuses_bad_input(change, match):
+    task = pe.AssociativeRecall(n_pairs=2)
+    runs = _untrained_runs(task)
+    if change.get("runs") == "unequal":
+        change["runs"] = {**runs, "none": runs["none"][:1]}
+    elif change.get("runs") == "none":
+        change["runs"] = {name: [] for name in runs}
+    args = dict(dict(runs=runs, recall=task, lengths=[16, 40]), **change)
+    with pytest.raises(ValueError, match=match):
+        pe.recall_over_seeds(args.pop("runs"), args.pop("recall"), args.pop("lengths"), train_len=16)

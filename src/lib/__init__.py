@@ -192,6 +192,8 @@ from .evidence import (
     per_seed,
     train_seeds,
     train_recall_seeds,
+    RecallOverSeeds,
+    recall_over_seeds,
 )
 from .claims import Verdict, judge
 from .ledger import Claim, claim, entries_in_notebook
@@ -374,6 +376,8 @@ __all__ = [
     "per_seed",
     "train_seeds",
     "train_recall_seeds",
+    "RecallOverSeeds",
+    "recall_over_seeds",
     "recall_accuracy",
     "separated",
     "glue",

@@ -13,6 +13,8 @@ several seeds (their spread: :mod:`posenc.spread`):
   :func:`~posenc.train` run); :func:`per_seed` runs any measurement per seed
   (side by side on a CPU), and :func:`over_seeds` aggregates the results into
   :class:`~posenc.Spread` values (:func:`~posenc.spread`).
+* :func:`train_recall_seeds` and :func:`recall_over_seeds`: associative
+  recall's training recipe, and its measurement at a distance, over seeds.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -34,12 +36,13 @@ from ._costs import accounted
 from ._validate import check_bool, check_int, check_sequence
 from .runtime import _RunBusy
 from .recall import AssociativeRecall, PeriodicSequence
-from .spread import spread
+from .evaluate import recall_accuracy
+from .spread import Spread, spread
 from .train import (_SET_BAR, TrainResult, _busy_runs_raise, _plan, _progress_bar, _progress_shown, _run,
                     train)
 
 __all__ = ["SEED_ENV", "seed_offset", "seeds", "evaluation_seed", "per_seed", "over_seeds", "train_seeds",
-           "train_recall_seeds"]
+           "train_recall_seeds", "RecallOverSeeds", "recall_over_seeds"]
 
 SEED_ENV = "POSENC_SEED"
 #: The evaluation batches' seed at ``$POSENC_SEED = 0`` (the default of :func:`posenc.evaluate_lengths`).
@@ -378,6 +381,79 @@ def train_recall_seeds(make_model: Union[Callable[[], Any], Mapping[str, Callabl
     warm = train_seeds(make_model, PeriodicSequence(recall.vocab_size), seed_list,
                        **dict(train_kwargs, steps=warmup_steps))
     return train_seeds(make_model, recall, seed_list, init=warm, **train_kwargs)
+
+
+@dataclass(frozen=True)
+class RecallOverSeeds:
+    """What :func:`recall_over_seeds` measured.
+
+    Attributes:
+        per_seed: one ``{model: {length: accuracy}}`` per seed, in the order of the runs.
+        within: ``{model: [accuracy of each seed]}`` at the training length, on the larger sample.
+    """
+
+    per_seed: List[Dict[str, Dict[int, float]]]
+    within: Dict[str, List[float]]
+
+    @property
+    def spread(self) -> Dict[str, Dict[int, Spread]]:
+        """``{model: {length: Spread}}``: the accuracies over the seeds (:func:`~posenc.spread`)."""
+        return spread(self.per_seed)
+
+    def worst_within(self) -> Dict[str, float]:
+        """``{model: the lowest within-length accuracy of its seeds}``."""
+        return {name: min(values) for name, values in self.within.items()}
+
+    def unsolved(self, threshold: float = 0.9) -> List[str]:
+        """The models with a seed below ``threshold`` within the training length: no verdict beyond it rests on them."""
+        return [name for name, worst in self.worst_within().items() if worst < threshold]
+
+
+def recall_over_seeds(runs: Mapping[str, Sequence[TrainResult]], recall: AssociativeRecall, lengths: Sequence[int], *,
+                      train_len: int, sequences: int = 128, within_sequences: int = 512) -> RecallOverSeeds:
+    """Associative recall at a distance, for every model and seed, and once more within the training length.
+
+    For each seed ``i`` (side by side, :func:`per_seed`) and each model
+    ``name``: :func:`~posenc.recall_accuracy` of ``runs[name][i].model`` at
+    every length of ``lengths`` on ``sequences`` sequences (every answer at
+    least ``length - train_len`` tokens after its pair), and at ``train_len``
+    on ``within_sequences`` sequences: the larger sample that shows a model has
+    learned the task before anything is read beyond it. The questions come
+    from :func:`evaluation_seed`, the same for every model.
+
+    Args:
+        runs: ``{model: [run of each seed]}``, as :func:`train_recall_seeds`
+            returns for a dict; every model with the same number of seeds.
+        recall: the task the models were trained on.
+        lengths: the evaluation lengths.
+        train_len, sequences: as :func:`~posenc.recall_accuracy`.
+        within_sequences: the sample within the training length.
+
+    Returns:
+        A :class:`RecallOverSeeds`.
+    """
+    if not isinstance(recall, AssociativeRecall):
+        raise ValueError(f"recall must be a posenc.AssociativeRecall, got {type(recall).__name__}")
+    if not isinstance(runs, Mapping) or not runs:
+        raise ValueError(f"runs must be a non-empty dict {{model: [run of each seed]}}, got {type(runs).__name__}")
+    counts = {name: len(check_sequence(f"runs[{name!r}]", rs, "runs, one per seed")) for name, rs in runs.items()}
+    if len(set(counts.values())) != 1 or not min(counts.values()):
+        raise ValueError(f"every model needs a run for each of the same seeds, got {counts} runs")
+    lengths = [check_int("every length", n) for n in check_sequence("lengths", lengths, "evaluation lengths")]
+    if not lengths:
+        raise ValueError("lengths must not be empty")
+    seed = evaluation_seed()
+
+    def accuracy(model: Any, n: int, count: int) -> float:
+        return recall_accuracy(model, recall, n, train_len=train_len, sequences=count, seed=seed)
+
+    def one_seed(i: int) -> Tuple[Dict[str, Dict[int, float]], Dict[str, float]]:
+        grid = {name: {n: accuracy(rs[i].model, n, sequences) for n in lengths} for name, rs in runs.items()}
+        return grid, {name: accuracy(rs[i].model, train_len, within_sequences) for name, rs in runs.items()}
+
+    rows = per_seed(one_seed, range(next(iter(counts.values()))))
+    return RecallOverSeeds(per_seed=[grid for grid, _ in rows],
+                           within={name: [within[name] for _, within in rows] for name in runs})
 
 
 def _side_by_side(plans: List[Any], todo: List[int], workers: Optional[int]) -> int:
