@@ -1,5 +1,6 @@
 """The chapter notebooks as files: clean, complete, and installing the library where it is missing."""
 
+import ast
 import importlib.util
 import json
 import re
@@ -45,6 +46,39 @@ def test_a_solution_check_is_folded_like_its_solution(path):
                    if cell["cell_type"] == "markdown" and ":::{admonition} Solution" in "".join(cell["source"])
                    and after["cell_type"] == "code" and "hide-cell" not in after["metadata"].get("tags", [])]
     assert not open_checks, f"code cells {open_checks} follow a solution but are not tagged hide-cell"
+
+
+def _shows_a_glue_call(source):
+    """Whether a cell's last statement is a bare ``pe.glue(...)`` call (or a tuple of them) without a closing ``;``.
+
+    ``glue`` returns its text (for ``print``), so such a cell prints the glued string under itself on the page.
+    """
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    try:
+        body = ast.parse("\n".join(lines)).body
+    except SyntaxError:
+        return False
+    if not body or not isinstance(body[-1], ast.Expr) or source.rstrip().endswith(";"):
+        return False
+    value = body[-1].value
+    calls = value.elts if isinstance(value, ast.Tuple) else [value]
+    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "glue" for c in calls)
+
+
+def test_a_glued_string_is_caught_by_the_helper():
+    assert _shows_a_glue_call('pe.glue("a", x)\n')
+    assert _shows_a_glue_call('x = 1\npe.glue("a", x), pe.glue("b", x)')
+    assert not _shows_a_glue_call('pe.glue("a", x);')
+    assert not _shows_a_glue_call('pe.glue("a", x)\nprint(x)')
+    assert not _shows_a_glue_call('fig')
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_cell_shows_a_glued_string(path):
+    """Glued text reaches the prose; a cell ending in a bare ``pe.glue(...)`` would also print it, quoted, as output."""
+    cells = json.loads(path.read_text())["cells"]
+    leaking = [i for i, cell in enumerate(cells) if cell["cell_type"] == "code" and _shows_a_glue_call("".join(cell["source"]))]
+    assert not leaking, f"code cells {leaking} end in a pe.glue(...) call: end them with ';'"
 
 
 def test_install_cells_match_the_configured_repository():

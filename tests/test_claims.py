@@ -108,6 +108,31 @@ def test_untested_and_unsolved_come_first_and_say_why():
     assert pe.judge(a, b, better="lower", needs=["gated"], unsolved=["x"]) == "reproduced"
 
 
+def test_untested_per_condition_leaves_the_verdict_to_the_others():
+    a, b = S(0.1, 0.1, 0.2), S(0.5, 0.6, 0.7)
+    v = pe.judge({"2L": a, "8L": b}, {"2L": b, "8L": a}, better="lower", untested={"8L": "both worse than a guess"})
+    assert v == "reproduced (not tested at 8L)" and v.conditions == {"2L": "reproduced", "8L": "not tested here"}
+    v = pe.judge({"2L": a, "8L": b}, {"2L": b, "8L": a}, better="lower", untested={"2L": "x", "8L": "y"})
+    assert v.outcome == "not tested here" and v.reason == "x; y"
+    # without the exemption 8L separates the other way
+    assert pe.judge({"2L": a, "8L": b}, {"2L": b, "8L": a}, better="lower") == "partially reproduced (at 2L; not at 8L)"
+
+
+@pytest.mark.parametrize("untested, match", [
+    ({"16L": "x"}, "some of the conditions"), ({}, "some of the conditions"), ({"8L": ""}, "reason"), ({"8L": 3}, "reason")])
+def test_untested_per_condition_is_checked(untested, match):
+    with pytest.raises(ValueError, match=match):
+        pe.judge({"2L": S(1, 2, 3), "8L": S(1, 2, 3)}, {"2L": S(4, 5, 6), "8L": S(4, 5, 6)}, better="lower", untested=untested)
+    with pytest.raises(ValueError, match="some of the conditions"):  # one condition: the plain string says it
+        pe.judge(S(1, 2, 3), S(4, 5, 6), better="lower", untested={"": "x"})
+
+
+def test_a_tolerance_is_named_in_the_reason():
+    near = S(0.98, 0.99, 1.0)
+    assert pe.judge(near, near, better="higher", ceiling=1.0, tolerance=0.03) == \
+        "not tested here (every compared model within 0.03 of the ceiling, 1)"
+
+
 def test_verdict_is_the_text_a_page_prints():
     v = pe.Verdict("not tested here", "L too short")
     assert isinstance(v, str) and v == "not tested here (L too short)" and v.sentence() == "Not tested here (L too short)"
@@ -184,3 +209,10 @@ def test_the_order_of_the_conditions_does_not_matter_and_none_means_no_models():
     assert pe.judge({"2L": a, "4L": a}, {"2L": b, "4L": b}, **with_control) == pe.judge(
         {"2L": a, "4L": a}, {"2L": b, "4L": b}, **dict(with_control, control={"4L": S(7, 8, 9), "2L": S(7, 8, 9)}))
     assert pe.judge(a, b, better="lower", needs=None, unsolved=None) == pe.judge(a, b, better="lower")
+
+
+def test_conditions_of_one_model_at_several_lengths_read_once():
+    a, b, same = S(0.8, 0.9, 0.9), S(0.1, 0.2, 0.3), S(0.5, 0.6, 0.7)
+    v = pe.judge({"ALiBi at 1024": a, "ALiBi at 2048": a, "RoPE at 2L": same, "RoPE at 8L": same},
+                 {"ALiBi at 1024": b, "ALiBi at 2048": b, "RoPE at 2L": same, "RoPE at 8L": same}, better="higher")
+    assert v == "partially reproduced (for ALiBi at 1024, 2048; within seed noise for RoPE at 2L, 8L)"

@@ -130,7 +130,8 @@ def _same_conditions(name: str, given: Dict[str, Any], claimed_at: Dict[str, Any
 def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measured, Mapping[Any, Measured]], *,
           better: str, margin: float = 0.0, control: Union[None, Measured, Mapping[Any, Measured]] = None,
           ceiling: Optional[float] = None, floor: Optional[float] = None, tolerance: float = 0.0,
-          what: str = "", needs: Sequence[str] = (), unsolved: Sequence[str] = (), untested: Optional[str] = None,
+          what: str = "", needs: Sequence[str] = (), unsolved: Sequence[str] = (),
+          untested: Union[None, str, Mapping[Any, str]] = None,
           min_seeds: int = 3) -> Verdict:
     """The verdict on a claim that ``claimed`` is ``better`` (``"lower"`` or ``"higher"``) than ``against``.
 
@@ -164,7 +165,10 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
             ignored.
         untested: a reason the design cannot speak to the claim at all (a
             task without the distances the mechanism acts on, say):
-            "not tested here (untested)".
+            "not tested here (untested)"; or a dict from some of the
+            conditions to the reason each cannot speak (two models both worse
+            than a uniform guess at 8L, say): those conditions are "not
+            tested" and the verdict rests on the others.
         min_seeds: spreads with fewer seeds are refused.
 
     Returns:
@@ -198,9 +202,17 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
     ceiling, floor = (None if b is None else check_number(name, b) for name, b in (("ceiling", ceiling), ("floor", floor)))
     if ceiling is not None and ceiling == floor:
         raise ValueError(f"ceiling and floor must differ, got {ceiling} for both")
-    if untested is not None and (not isinstance(untested, str) or not untested.strip()):
-        raise ValueError(f"untested must be the reason in a few words, got {untested!r}")
     claimed_at = _conditions("claimed", claimed)
+    untested_at: Dict[str, str] = {}
+    if isinstance(untested, Mapping):
+        untested_at = {str(k): v for k, v in untested.items()}
+        if not untested_at or not set(untested_at) <= set(claimed_at) or list(claimed_at) == [""]:
+            raise ValueError(f"untested as a dict must map some of the conditions of claimed, {list(claimed_at)}, to "
+                             f"their reasons, got {list(untested)}")
+        untested = None
+    for reason in ([untested] if untested is not None else []) + list(untested_at.values()):
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"untested must be the reason in a few words (or a dict of them per condition), got {reason!r}")
     against_at = _same_conditions("against", _conditions("against", against), claimed_at)
     control_at = None if control is None else _same_conditions("control", _conditions("control", control), claimed_at)
     for key in claimed_at:  # every value checked, even where the verdict is decided before it is read
@@ -219,9 +231,13 @@ def judge(claimed: Union[Measured, Mapping[Any, Measured]], against: Union[Measu
     why: Dict[str, str] = {}
     for key, a in claimed_at.items():
         b = against_at[key]
+        if key in untested_at:
+            outcome[key], why[key] = "not tested here", untested_at[key].strip()
+            continue
         for bound, name in ((ceiling, "ceiling"), (floor, "floor")):
             if _at_bound([a, b], bound, tolerance):
-                outcome[key], why[key] = "not tested here", f"every compared model at the {name}, {bound:g}"
+                near = f"within {tolerance:g} of the {name}" if tolerance else f"at the {name}"
+                outcome[key], why[key] = "not tested here", f"every compared model {near}, {bound:g}"
                 break
         else:
             if control_at is None and not isinstance(b, Spread):
@@ -256,8 +272,14 @@ def _combine(outcome: Dict[str, str], why: Dict[str, str], what: str) -> Verdict
         if kind not in groups:
             return ""
         keys = groups[kind]
-        where = "at" if all(re.fullmatch(r"[\d.]*[×x]?L|[\d.]+", k) for k in keys) else "for"
-        return f"{words} {where} {', '.join(keys)}"
+        if all(re.fullmatch(r"[\d.]*[×x]?L|[\d.]+", k) for k in keys):
+            return f"{words} at {', '.join(keys)}"
+        by_model: Dict[str, List[str]] = {}  # "ALiBi at 1024", "ALiBi at 2048" read "ALiBi at 1024, 2048"
+        for k in keys:
+            model, sep, where = k.rpartition(" at ")
+            by_model.setdefault(model if sep else k, []).append(where if sep else "")
+        named = [f"{m} at {', '.join(ws)}" if all(ws) else m for m, ws in by_model.items()]
+        return f"{words} for {' and '.join(named) if len(named) > 1 and any(all(ws) for ws in by_model.values()) else ', '.join(named)}"
 
     kinds = set(tested.values())
     if kinds == {"reproduced"}:
