@@ -216,3 +216,13 @@ def test_conditions_of_one_model_at_several_lengths_read_once():
     v = pe.judge({"ALiBi at 1024": a, "ALiBi at 2048": a, "RoPE at 2L": same, "RoPE at 8L": same},
                  {"ALiBi at 1024": b, "ALiBi at 2048": b, "RoPE at 2L": same, "RoPE at 8L": same}, better="higher")
     assert v == "partially reproduced (for ALiBi at 1024, 2048; within seed noise for RoPE at 2L, 8L)"
+
+
+def test_conditions_that_do_not_group_read_as_they_are():
+    a, b = S(0.1, 0.1, 0.2), S(0.5, 0.6, 0.7)
+    keys = ["2L", "4L", "one head at 4L"]
+    v = pe.judge({"8L": b, **{k: a for k in keys}}, {"8L": a, **{k: b for k in keys}}, better="higher")
+    assert v == "partially reproduced (at 8L; not for 2L, 4L, one head at 4L)"
+    keys = ["bound to 2L", "level at 2L", "level at 4L", "level with one head at 4L", "bound to 4L"]
+    v = pe.judge({"8L": b, **{k: a for k in keys}}, {"8L": a, **{k: b for k in keys}}, better="higher")
+    assert v == "partially reproduced (at 8L; not for " + ", ".join(keys) + ")"

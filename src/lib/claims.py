@@ -278,8 +278,10 @@ def _combine(outcome: Dict[str, str], why: Dict[str, str], what: str) -> Verdict
         for k in keys:
             model, sep, where = k.rpartition(" at ")
             by_model.setdefault(model if sep else k, []).append(where if sep else "")
-        named = [f"{m} at {', '.join(ws)}" if all(ws) else m for m, ws in by_model.items()]
-        return f"{words} for {' and '.join(named) if len(named) > 1 and any(all(ws) for ws in by_model.values()) else ', '.join(named)}"
+        if len(by_model) <= 2 and all(all(ws) for ws in by_model.values()) and len(by_model) < len(keys):
+            grouped = [f"{model} at {', '.join(where)}" for model, where in by_model.items()]
+            return f"{words} for {' and '.join(grouped)}"
+        return f"{words} for {', '.join(keys)}"
 
     kinds = set(tested.values())
     if kinds == {"reproduced"}:
