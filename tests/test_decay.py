@@ -427,3 +427,119 @@ def test_return_attention_of_decay_layers():
         assert w.shape == (1, 2, 12, 12) and (w.triu(1) == 0).all()
         assert torch.allclose(w, layer.attn.attention_weights(x, Y.Positions()), atol=1e-6)
     assert torch.allclose(logits, model(idx), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Gates per key channel (GLA): S_t = diag(gamma_t) S_{t-1} + k_t v_t^T
+# ---------------------------------------------------------------------------
+
+
+def channel_gates(b=2, h=3, n=37, d=4, low=0.3, high=1.0, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return low + (high - low) * torch.rand(b, h, n, d, generator=g, dtype=torch.float64)
+
+
+def channel_reference(q, k, v, gamma):
+    """out_i = sum_{j<=i} sum_c q_ic k_jc (prod_{s=j+1}^{i} gamma_sc) v_j, by loops over the definition."""
+    b, h, n, d = q.shape
+    out = torch.zeros(b, h, n, v.shape[-1], dtype=torch.float64)
+    for i in range(n):
+        for j in range(i + 1):
+            factor = torch.prod(gamma[:, :, j + 1:i + 1], dim=2)  # (b, h, d): 1 for j = i
+            out[:, :, i] += (q[:, :, i] * k[:, :, j] * factor).sum(-1)[..., None] * v[:, :, j]
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16, 37, 64])
+def test_channel_gates_three_forms_equal_the_definition(chunk):
+    q, k, v = qkv(n=23)
+    gamma = channel_gates(n=23)
+    want = channel_reference(q, k, v, gamma)
+    got = pe.decayed_linear_attention(q, k, v, gamma, chunk=chunk, normalize=False)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(pe.decayed_linear_attention_recurrent(q, k, v, gamma, normalize=False), want,
+                               rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(pe.decayed_attention_weights(q, k, gamma) @ v, want, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(b=st.integers(1, 2), h=st.integers(1, 3), n=st.integers(1, 50), d=st.integers(1, 6), e=st.integers(1, 4),
+       chunk=st.integers(1, 70), low=st.floats(1e-3, 0.99), seed=st.integers(0, 2**16))
+def test_channel_gates_forms_agree_for_any_shape_and_chunk(b, h, n, d, e, chunk, low, seed):
+    q, k, v = qkv(b, h, n, d, e, seed=seed)
+    gamma = channel_gates(b, h, n, d, low=low, seed=seed + 1)
+    chunked = pe.decayed_linear_attention(q, k, v, gamma, chunk=chunk, normalize=False)
+    torch.testing.assert_close(chunked, pe.decayed_linear_attention_recurrent(q, k, v, gamma, normalize=False),
+                               rtol=1e-9, atol=1e-9)
+
+
+def test_equal_channel_gates_are_one_gate_per_head():
+    q, k, v = qkv()
+    per_head = gates()
+    same = per_head[..., None].expand(*per_head.shape, q.shape[-1])
+    torch.testing.assert_close(pe.decayed_linear_attention(q, k, v, same, chunk=8),
+                               pe.decayed_linear_attention(q, k, v, per_head, chunk=8))
+
+
+def test_channel_gates_carry_a_state_fed_in_pieces():
+    q, k, v = qkv(n=40)
+    gamma = channel_gates(n=40, d=4)
+    whole, s_whole = pe.decayed_linear_attention(q, k, v, gamma, return_state=True, normalize=False)
+    first, s = pe.decayed_linear_attention(q[:, :, :17], k[:, :, :17], v[:, :, :17], gamma[:, :, :17],
+                                           return_state=True, normalize=False)
+    second, s_end = pe.decayed_linear_attention_recurrent(q[:, :, 17:], k[:, :, 17:], v[:, :, 17:], gamma[:, :, 17:],
+                                                          state=s, return_state=True, normalize=False)
+    torch.testing.assert_close(torch.cat([first, second], dim=2), whole)
+    torch.testing.assert_close(s_end, s_whole)
+
+
+def test_channel_gates_finite_and_causal_at_length_1024():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 1024, 8, generator=g) for _ in range(3))
+    log_gates = pe.gate_decay(200 * torch.randn(1, 2, 1024, 8, generator=g), log=True)  # gates near 0 and near 1
+    out = pe.decayed_linear_attention(q, k, v, log_gates, log_space=True)
+    assert out.isfinite().all()
+    changed = v.clone()
+    changed[:, :, 600:] = 1e3
+    later = pe.decayed_linear_attention(q, k, changed, log_gates, log_space=True)
+    torch.testing.assert_close(later[:, :, :600], out[:, :, :600])
+
+
+def test_channel_gates_gradcheck():
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 9, 3, 2))
+    log_gates = torch.log(channel_gates(1, 2, 9, 3)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda *x: pe.decayed_linear_attention(*x, log_space=True, chunk=4),
+                                    (q, k, v, log_gates))
+
+
+def test_channel_gates_match_fla_naive_reference():
+    """flash-linear-attention's naive_recurrent_gla: (B, T, H, K) inputs, log gates gk, q scaled by K^-1/2, no norm."""
+    fla = pytest.importorskip("fla.ops.gla.naive")
+    q, k, v = qkv(2, 3, 33, 8, 8, dtype=torch.float32)
+    log_gates = torch.log(channel_gates(2, 3, 33, 8)).float()
+    ref, _ = fla.naive_recurrent_gla(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), log_gates.transpose(1, 2))
+    ours = pe.decayed_linear_attention(q * 8 ** -0.5, k, v, log_gates, log_space=True, normalize=False)
+    torch.testing.assert_close(ours.transpose(1, 2), ref.to(ours.dtype), rtol=1e-4, atol=1e-5)
+
+
+def test_channel_gates_of_a_wrong_shape_are_refused():
+    q, k, v = qkv(d=4)
+    with pytest.raises(ValueError, match="per key channel"):
+        pe.decayed_linear_attention(q, k, v, channel_gates(d=5))
+    with pytest.raises(ValueError, match=r"decays in \(0, 1\]"):
+        pe.decayed_linear_attention(q, k, v, channel_gates(d=4) * 2)
+
+
+def test_gated_model_with_a_gate_per_channel():
+    model = pe.TinyLM(8, 16, 2, 2, position="none", attention="gated", gate="channel")
+    layer = model.blocks[0].attn
+    assert layer.gate.out_features == 16 and model.config["gate"] == "channel"
+    assert "gate" not in pe.TinyLM(8, 16, 2, 2, position="none", attention="gated").config   # one per head: as before
+    x = torch.randint(0, 8, (2, 5))
+    _, log_gates = layer._qkv(torch.randn(2, 5, 16))
+    assert log_gates.shape == (2, 2, 5, 8) and bool((log_gates <= 0).all())
+    assert model(torch.randint(0, 8, (1, 1024))).isfinite().all() and model(x).shape == (2, 5, 8)
+    with pytest.raises(ValueError, match="gate must be one of"):
+        pe.TinyLM(8, 16, 2, 2, position="none", attention="gated", gate="key")
+    with pytest.raises(ValueError, match="gate must be one of"):
+        pe.attention_layer("gated", 16, 2, gate="row")

@@ -28,6 +28,9 @@ so that, unrolled,
   gates each key channel) at the granularity of Mamba-2, one scalar per head
   and step (Dao & Gu, 2024, "Transformers are SSMs", a scalar times identity
   state transition, whose gate is ``exp(-softplus(.) a)``).
+* **Gates per key channel** (``gamma`` of shape ``(batch, heads, seq, dim)``):
+  ``S_t = diag(gamma_t) S_{t-1} + phi(k_t) v_t^T``, each key channel forgetting
+  at its own rate, as GLA itself (``TinyLM(attention="gated", gate="channel")``).
 
 Three forms compute the same output:
 
@@ -84,6 +87,10 @@ __all__ = [
 DECAY_RATES = ("retnet", "alibi")
 
 Decay = Union[str, torch.Tensor, List[float], Tuple[float, ...]]
+
+#: The longest chunk of :func:`decayed_linear_attention` with gates per key channel: its decays are
+#: ``(c, c, dim)`` per chunk, so the time per token grows with ``c``.
+CHANNEL_CHUNK = 16
 
 
 # ---------------------------------------------------------------------------
@@ -187,16 +194,17 @@ def gate_decay(logits: torch.Tensor, temperature: float = 16.0, *, log: bool = F
 
 def _log_gates(gamma: Any, q: torch.Tensor, log_space: bool) -> torch.Tensor:
     """``log gamma`` as ``(1 or batch, heads, seq)`` in ``q``'s dtype and device, after checking ``gamma``."""
-    b, h, n, _ = q.shape
+    b, h, n, d = q.shape
     plain = not isinstance(gamma, (torch.Tensor, np.ndarray, np.generic))  # numbers: float64 for float64 queries
     try:                                                 # (float32 would round 1 - 1e-9 to 1), float32 for the rest
         g = _as_tensor("gamma", gamma, dtype=torch.float64 if plain and q.dtype == torch.float64 else None)
     except TypeError:
         raise ValueError(f"gamma must be a tensor of decays, got {type(gamma).__name__}") from None
-    if tuple(g.shape) not in ((h,), (b, h, n)):
-        hint = f" ({_LAYOUT})" if g.ndim == 3 and g.shape[1] == n != h else ""
-        raise ValueError(f"gamma must be ({h},) (a decay per head) or ({b}, {h}, {n}) (a gate per head and step) "
-                         f"for q {tuple(q.shape)}; got {tuple(g.shape)}{hint}")
+    if tuple(g.shape) not in ((h,), (b, h, n), (b, h, n, d)):
+        hint = f" ({_LAYOUT})" if g.ndim in (3, 4) and g.shape[1] == n != h else ""
+        raise ValueError(f"gamma must be ({h},) (a decay per head), ({b}, {h}, {n}) (a gate per head and step) or "
+                         f"({b}, {h}, {n}, {d}) (a gate per key channel, as GLA) for q {tuple(q.shape)}; "
+                         f"got {tuple(g.shape)}{hint}")
     if not g.is_meta and (g.is_cpu or g.numel() <= h):  # values at hand (a GPU tensor of gates is not synced)
         with torch.no_grad():
             if log_space:
@@ -293,10 +301,13 @@ def decayed_linear_attention(
 
     Args:
         q, k: ``(batch, heads, seq, dim)``; v: ``(batch, heads, seq, v_dim)``.
-        gamma: ``(heads,)`` decays (any dtype and device; moved to ``q``'s) or
-            ``(batch, heads, seq)`` gates, in ``(0, 1]``; the gate of the first
-            token multiplies the incoming ``state`` only.
-        chunk: ``c >= 1``; the length need not be a multiple of it.
+        gamma: ``(heads,)`` decays (any dtype and device; moved to ``q``'s),
+            ``(batch, heads, seq)`` gates, or ``(batch, heads, seq, dim)``
+            gates per key channel (GLA: ``S_t = diag(gamma_t) S_{t-1} +
+            phi(k_t) v_t^T``), in ``(0, 1]``; the gate of the first token
+            multiplies the incoming ``state`` only.
+        chunk: ``c >= 1``; the length need not be a multiple of it. With
+            gates per key channel at most :data:`CHANNEL_CHUNK`.
         feature: feature map (a name of :data:`posenc.FEATURE_MAPS`, a callable,
             or None: identity).
         normalize: RMSNorm (no gain) of every head's output over ``v_dim``;
@@ -322,14 +333,17 @@ def decayed_linear_attention(
     e = v.shape[-1]
     if n == 0:
         return _finish(v.new_zeros(b, h, 0, e), s, normalize, eps, return_state)
-    c = min(c, n)
+    c = min(c, n, CHANNEL_CHUNK if lg.ndim == 4 else n)
     pad = (-n) % c
     if pad:  # zero keys and values, gates 1: padded steps change neither outputs nor the state
         fq, fk, v = (F.pad(t, (0, 0, 0, pad)) for t in (fq, fk, v))
-        lg = F.pad(lg, (0, pad))
+        lg = F.pad(lg, (0, 0, 0, pad)) if lg.ndim == 4 else F.pad(lg, (0, pad))
     chunks = (n + pad) // c
     qc, kc = fq.reshape(b, h, chunks, c, d), fk.reshape(b, h, chunks, c, d)
     vc = v.reshape(b, h, chunks, c, e)
+    if lg.ndim == 4:  # a gate per key channel (GLA)
+        return _finish(*_per_channel_chunks(qc, kc, vc, lg.reshape(b, h, chunks, c, d), s, n), normalize, eps,
+                       return_state)
     a = lg.reshape(lg.shape[0], h, chunks, c)  # (1 or b, h, K, c)
     seg = _segment_sums(a)  # (., h, K, c, c): A_t - A_j
     inside = ((qc @ kc.transpose(-2, -1)) * seg.exp()) @ vc  # intra-chunk, (b, h, K, c, e)
@@ -344,6 +358,37 @@ def decayed_linear_attention(
     across = (qc * from_start.exp()[..., None]) @ torch.stack(before, dim=2)  # inter-chunk
     out = (inside + across).reshape(b, h, chunks * c, e)[:, :, :n]
     return _finish(out, s, normalize, eps, return_state)
+
+
+def _per_channel_chunks(qc, kc, vc, a, s, n):
+    """The chunkwise form with a gate per key channel (GLA, Yang et al., 2024, Sec. 4.2): ``(out, state)``.
+
+    ``qc, kc`` ``(b, h, K, c, d)``, ``vc`` ``(b, h, K, c, e)``, ``a`` the log
+    gates ``(b, h, K, c, d)``, ``s`` the incoming ``(b, h, d, e)`` state. Within
+    a chunk, ``out_t = sum_j sum_c q_tc k_jc exp(A_tc - A_jc) v_j`` with ``A``
+    the running sum of the log gates from the chunk's start: the ``(c, c, d)``
+    decays are formed explicitly, each an exponential of an argument ``<= 0``
+    (clamped: a difference of two running sums can round above 0). The chunks
+    are short (:func:`decayed_linear_attention` caps them at
+    :data:`CHANNEL_CHUNK`), so the running sums stay small next to their
+    differences. GLA's kernel rescales ``q`` and ``k`` by ``exp(+-A)`` inside
+    a sub-chunk instead, which is faster on a GPU.
+    """
+    b, h, chunks, c, _ = qc.shape
+    from_start = a.cumsum(-2)  # A_t per channel, <= 0
+    causal = torch.ones(c, c, dtype=torch.bool, device=a.device).tril()
+    decay = (from_start[..., :, None, :] - from_start[..., None, :, :]).clamp(max=0.0)  # (b, h, K, c, c, d)
+    decay = decay.masked_fill(~causal[:, :, None], float("-inf")).exp()
+    inside = ((qc[..., :, None, :] * kc[..., None, :, :]) * decay).sum(-1) @ vc  # intra-chunk, (b, h, K, c, e)
+    to_end = (from_start[..., -1:, :] - from_start).clamp(max=0.0)  # (b, h, K, c, d): A_last - A_j
+    states = (kc * to_end.exp()).transpose(-2, -1) @ vc  # (b, h, K, d, e)
+    carry = from_start[..., -1, :].exp()  # (b, h, K, d)
+    before = []
+    for i in range(chunks):  # the state entering each chunk
+        before.append(s)
+        s = carry[:, :, i, :, None] * s + states[:, :, i]
+    across = (qc * from_start.exp()) @ torch.stack(before, dim=2)  # inter-chunk
+    return (inside + across).reshape(b, h, chunks * c, -1)[:, :, :n], s
 
 
 def decayed_linear_attention_recurrent(
@@ -375,7 +420,8 @@ def decayed_linear_attention_recurrent(
     gates = lg.exp()
     outs = []
     for t in range(n):
-        s = gates[:, :, t, None, None] * s + fk[:, :, t, :, None] * v[:, :, t, None, :]
+        gate = gates[:, :, t, :, None] if gates.ndim == 4 else gates[:, :, t, None, None]  # per channel or per head
+        s = gate * s + fk[:, :, t, :, None] * v[:, :, t, None, :]
         outs.append((fq[:, :, t, None, :] @ s).squeeze(-2))
     out = torch.stack(outs, dim=2) if outs else v.new_zeros(b, h, 0, v.shape[-1])
     return _finish(out, s, normalize, eps, return_state)
@@ -407,4 +453,6 @@ def decayed_attention_weights(
     _check_qkv(q, k, k)
     lg = _log_gates(gamma, q, check_bool("log_space", log_space))
     phi = feature_map(feature)
+    if lg.ndim == 4:  # a gate per key channel: sum_c q_ic k_jc exp(A_ic - A_jc), O(n^2 d)
+        return torch.einsum("bhid,bhjd,bhdij->bhij", phi(q), phi(k), _segment_sums(lg.transpose(-2, -1)).exp())
     return (phi(q) @ phi(k).transpose(-2, -1)) * _segment_sums(lg).exp()

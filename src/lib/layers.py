@@ -68,6 +68,8 @@ __all__ = [
 
 #: The attention kinds of :func:`attention_layer` (and ``TinyLM(attention=...)``).
 ATTENTION_KINDS = ("softmax", "linear", "norm", "diag", "decay", "gated", "forgetting", "stick_breaking")
+#: The gates of ``"gated"`` layers: one per head (Mamba-2's granularity) or one per head and key channel (GLA).
+GATE_KINDS = ("head", "channel")
 
 
 # ---------------------------------------------------------------------------
@@ -477,32 +479,44 @@ class DecayAttention(_MultiHead):
 
 
 class GatedDecayAttention(DecayAttention):
-    """Decayed linear attention with a learned gate per head and step (GLA's parametrisation; :mod:`posenc.decay`).
+    """Decayed linear attention with a learned gate per step (GLA's parametrisation; :mod:`posenc.decay`).
 
-    ``gamma_t = sigmoid(w_h . x_t + b_h)^(1 / tau)`` from the layer's input
-    (:func:`posenc.gate_decay`), a linear map ``gate`` ``(d_model -> n_heads)``
-    with a bias; the state decays by ``gamma_t`` at step ``t``. Otherwise as
-    :class:`DecayAttention`.
+    ``gamma_t = sigmoid(W x_t + b)^(1 / tau)`` from the layer's input
+    (:func:`posenc.gate_decay`), a linear map ``gate`` with a bias; the state
+    decays by ``gamma_t`` at step ``t``. With ``gate="head"`` one gate per head
+    (``d_model -> n_heads``: the granularity of Mamba-2, a scalar times the
+    identity); with ``gate="channel"`` one per head and key channel
+    (``d_model -> n_heads * head_dim``), ``S_t = diag(gamma_t) S_{t-1} +
+    k_t v_t^T``: Gated Linear Attention (Yang et al., 2024, Sec. 4), whose gate
+    map is low-rank (rank 16), a saving that a model of ``d_model = 64`` does
+    not need. Otherwise as :class:`DecayAttention`.
 
     Args:
         gate_temperature: ``tau > 0`` (16 in GLA, Yang et al., 2024).
+        gate: ``"head"`` or ``"channel"``.
         d_model, n_heads, feature, chunk_size, eps, rope, bias, dropout: as in :class:`DecayAttention`.
     """
 
     kind = "gated"
 
-    def __init__(self, d_model: int, n_heads: int, *, gate_temperature: float = 16.0, feature: str = "identity",
-                 chunk_size: int = 64, eps: float = 1e-6, rope: bool = False, causal: bool = True,
-                 bias: bool = False, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, *, gate_temperature: float = 16.0, gate: str = "head",
+                 feature: str = "identity", chunk_size: int = 64, eps: float = 1e-6, rope: bool = False,
+                 causal: bool = True, bias: bool = False, dropout: float = 0.0) -> None:
         super().__init__(d_model, n_heads, feature=feature, chunk_size=chunk_size, eps=eps, rope=rope,
                          causal=causal, bias=bias, dropout=dropout)
         self.gate_temperature = check_number("gate_temperature", gate_temperature, 0.0)
-        self.gate = nn.Linear(self.d_model, n_heads)
+        self.gate_kind = one_of("gate", gate, GATE_KINDS)
+        self.gate = nn.Linear(self.d_model, n_heads * (self.head_dim if self.gate_kind == "channel" else 1))
 
     def _qkv(self, x):
-        """``(q, k, v)`` and the ``(batch, heads, seq)`` log gates of ``x``."""
+        """``(q, k, v)`` and the log gates of ``x``: ``(batch, heads, seq)``, or ``(batch, heads, seq, head_dim)`` per channel."""
         qkv = super()._qkv(x)
-        return qkv, gate_decay(self.gate(x).transpose(1, 2), self.gate_temperature, log=True)
+        logits = self.gate(x)  # (batch, seq, heads) or (batch, seq, heads * head_dim)
+        if self.gate_kind == "channel":
+            logits = logits.view(*logits.shape[:2], self.n_heads, self.head_dim).permute(0, 2, 1, 3)
+        else:
+            logits = logits.transpose(1, 2)
+        return qkv, gate_decay(logits, self.gate_temperature, log=True)
 
     def _log_gates(self, packed):
         return packed
@@ -511,6 +525,27 @@ class GatedDecayAttention(DecayAttention):
 # the kinds of their own modules (posenc.forgetting, posenc.stick_breaking) add their layers on import
 _LAYERS: Dict[str, type] = dict(softmax=SoftmaxAttention, linear=LinearAttention, norm=NormAttention,
                                 diag=DiagAttention, decay=DecayAttention, gated=GatedDecayAttention)
+
+
+def kind_options(*, feature: str, diag_block: int, decay: Any, gate_temperature: float, gate: str,
+                 forget_bias: float) -> Dict[str, Dict[str, Any]]:
+    """The options of each attention kind, from a :class:`~posenc.TinyLM`'s arguments of the same names.
+
+    ``gate`` enters the gated layers' options only where it is not the default
+    ``"head"``, so that a model with one gate per head keeps the configuration
+    (and the run's cache key) it had before gates per channel existed.
+    """
+    return dict(linear=dict(feature=feature), norm=dict(feature=feature), diag=dict(block_size=diag_block),
+                softmax={}, decay=dict(decay=decay),
+                gated=dict(gate_temperature=gate_temperature, **(dict(gate=gate) if gate != "head" else {})),
+                forgetting=dict(forget_bias=forget_bias), stick_breaking={})
+
+
+def options_config(options: Dict[str, Dict[str, Any]], kinds: List[str]) -> Dict[str, Any]:
+    """The model-config entries of the options of the ``kinds`` present: ``"<kind>_<option>"``, except the
+    options named as the model's own argument (``decay``, ``gate_temperature``, ``gate``, ``forget_bias``)."""
+    own = ("decay", "gate_temperature", "gate", "forget_bias")
+    return {k if k in own else f"{kd}_{k}": v for kd in sorted(set(kinds)) for k, v in options[kd].items()}
 
 
 def attention_layer(kind: str, d_model: int, n_heads: int, /, **options) -> _MultiHead:

@@ -71,7 +71,7 @@ from ._validate import check_bool, check_int, check_number, checked_targets, one
 from .extend import RopeScaling, rope_scaling
 from .decay import _decay_value
 from ._blocks import FFNS, Block
-from .layers import ATTENTION_KINDS, Positions, attention_layer
+from .layers import ATTENTION_KINDS, GATE_KINDS, Positions, attention_layer, kind_options, options_config
 from .linear import FEATURE_MAPS, feature_map
 from ._positions import builtin, check_same, position_ids, scheme_positions, takes_positions
 from ._saving import _check_rebuilt, _config_arguments, load_model, save_model
@@ -120,6 +120,8 @@ class TinyLM(nn.Module):
             ``"alibi"`` (``exp(-m_h)``) or ``(n_heads,)`` rates in ``(0, 1]``
             (:func:`posenc.decay_rates`; in :attr:`config` as the name or a list of floats).
         gate_temperature: ``tau`` of the gates ``sigmoid(w.x+b)^(1/tau)`` of ``"gated"`` layers.
+        gate: ``"head"`` (one gate per head and step, Mamba-2's granularity) or
+            ``"channel"`` (one per head, step and key channel, GLA's) for ``"gated"`` layers.
         sink_logit: a learned logit per head in every softmax row's normaliser
             (gpt-oss's sinks, :func:`posenc.sink_logit_attention`): a head may
             put less than all of its attention on the tokens. Softmax layers.
@@ -165,6 +167,7 @@ class TinyLM(nn.Module):
         feature: str = "elu+1",
         decay: Any = "retnet",
         gate_temperature: float = 16.0,
+        gate: str = "head",
         sink_logit: bool = False,
         forget_bias: float = 0.0,
         **position_options: Any,
@@ -203,6 +206,7 @@ class TinyLM(nn.Module):
         feature_map(feature)
         decay = _decay_value(decay, n_heads)  # checked (and Python values) whatever the kinds
         gate_temperature = check_number("gate_temperature", gate_temperature, 0.0)
+        gate = one_of("gate", gate, GATE_KINDS)
         sink_logit = check_bool("sink_logit", sink_logit)
         if sink_logit and "softmax" not in kinds:
             raise ValueError(f"sink_logit joins the softmax normaliser; attention={kinds} has no softmax layer")
@@ -244,13 +248,9 @@ class TinyLM(nn.Module):
             self._config["sink_logit"] = True
         if ssmax:
             self._config["log_n_scaling"] = log_n_scaling = "ssmax"
-        options: Dict[str, Dict[str, Any]] = dict(linear=dict(feature=feature), norm=dict(feature=feature),
-                                                  diag=dict(block_size=diag_block), softmax={}, decay=dict(decay=decay),
-                                                  gated=dict(gate_temperature=gate_temperature),
-                                                  forgetting=dict(forget_bias=forget_bias), stick_breaking={})
-        for kd in sorted(set(kinds)):  # an option named as the model's argument keeps its name
-            self._config.update({k if k in ("decay", "gate_temperature", "forget_bias") else f"{kd}_{k}": v
-                                 for k, v in options[kd].items()})
+        options = kind_options(feature=feature, diag_block=diag_block, decay=decay, gate_temperature=gate_temperature,
+                               gate=gate, forget_bias=forget_bias)
+        self._config.update(options_config(options, kinds))
 
         self.tok = nn.Embedding(vocab_size, d_model)
         self.position = scheme
