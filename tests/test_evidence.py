@@ -441,19 +441,21 @@ def test_forked_trainers_keep_to_the_process_s_share_of_the_cores(monkeypatch):
 
 @given(st.floats(-1e-3, 1e-3, allow_nan=False), st.sampled_from(["+.2f", ".2f", "+.3f", ".1%", "+.0f", ".2e"]))
 def test_spread_format_never_writes_minus_zero(value, spec):
-    """A value that rounds to zero is written without a minus sign; every other one exactly as format() writes it."""
+    """A value that rounds to zero is written without a minus sign; every other one as format() writes it, with the
+    typographic minus sign (U+2212) for the hyphen."""
     text = format(pe.spread([value]), spec)
     plain = format(value, spec)
     if float(plain.rstrip("%")) == 0.0:
-        assert not text.startswith("-") and text.lstrip("+") == plain.lstrip("+-")
+        assert not text.startswith(("-", "−")) and text.lstrip("+") == plain.lstrip("+-")
         assert text.startswith("+") == ("+" in spec)
     else:
-        assert text == plain
+        assert text == ("−" + plain[1:] if plain.startswith("-") else plain)
 
 
 def test_spread_format_drops_the_sign_of_each_rounded_zero_only():
-    assert format(pe.spread([-0.004, -0.001, 0.002]), "+.2f") == "+0.00 (+0.00–+0.00)"
-    assert format(pe.spread([-0.02, -0.01, -0.006]), ".2f") == "-0.01 (-0.02–-0.01)"
+    assert format(pe.spread([-0.004, -0.001, 0.002]), "+.2f") == "+0.00 (+0.00 to +0.00)"
+    assert format(pe.spread([-0.02, -0.01, -0.006]), ".2f") == "−0.01 (−0.02 to −0.01)"   # U+2212, "to" between signs
+    assert format(pe.spread([-0.02, 0.01, 0.03]), ".2f") == "0.01 (−0.02–0.03)" and format(pe.Spread((-1.0,)), ".1f") == "−1.0"
 
 
 def test_the_evidence_check_starts_the_longest_chapters_first_in_that_order(monkeypatch):

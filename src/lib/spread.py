@@ -102,14 +102,21 @@ class Spread:
     def __format__(self, spec: str) -> str:
         spec = spec or ".3f"
         if len(self.values) == 1:
-            return _format_number(self.mean, spec)
-        return f"{_format_number(self.mean, spec)} ({_format_number(self.low, spec)}–{_format_number(self.high, spec)})"
+            return _signed(_format_number(self.mean, spec))
+        mean, low, high = (_signed(_format_number(x, spec)) for x in (self.mean, self.low, self.high))
+        # "−0.004 to −0.002" and "+0.004 to +0.013" read better than a dash between two signs
+        return f"{mean} ({low}{' to ' if high[:1] in '+−' else '–'}{high})"
 
     def __str__(self) -> str:
         return format(self, "")
 
     def __float__(self) -> float:
         return self.mean
+
+
+def _signed(text: str) -> str:
+    """A formatted number with the typographic minus sign (U+2212) instead of the hyphen."""
+    return "−" + text[1:] if text.startswith("-") else text
 
 
 def _format_number(x: float, spec: str) -> str:
