@@ -350,14 +350,24 @@ def decayed_linear_attention(
     from_start = a.cumsum(-1)  # A_t, <= 0
     to_end = seg[..., -1, :]  # A_last - A_j (-inf never: j <= last)
     states = (kc * to_end.exp()[..., None]).transpose(-2, -1) @ vc  # (b, h, K, d, e)
-    carry = from_start[..., -1].exp()  # (., h, K)
-    before = []
-    for i in range(chunks):  # the state entering each chunk
-        before.append(s)
-        s = carry[:, :, i, None, None] * s + states[:, :, i]
-    across = (qc * from_start.exp()[..., None]) @ torch.stack(before, dim=2)  # inter-chunk
+    entering, s = _carry(s, from_start[..., -1].exp()[..., None, None], states)  # carry (., h, K, 1, 1)
+    across = (qc * from_start.exp()[..., None]) @ entering  # inter-chunk
     out = (inside + across).reshape(b, h, chunks * c, e)[:, :, :n]
     return _finish(out, s, normalize, eps, return_state)
+
+
+def _carry(s: torch.Tensor, carry: torch.Tensor, states: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The state entering each chunk, ``(b, h, K, d, e)``, and the state after the last.
+
+    ``s`` the incoming ``(b, h, d, e)`` state; ``carry`` each chunk's total
+    decay, ``(., h, K, 1, 1)`` (per head) or ``(b, h, K, d, 1)`` (per key
+    channel); ``states`` what each chunk adds, ``(b, h, K, d, e)``.
+    """
+    entering = []
+    for i in range(states.shape[2]):
+        entering.append(s)
+        s = carry[:, :, i] * s + states[:, :, i]
+    return torch.stack(entering, dim=2), s
 
 
 def _per_channel_chunks(qc, kc, vc, a, s, n):
@@ -382,12 +392,8 @@ def _per_channel_chunks(qc, kc, vc, a, s, n):
     inside = ((qc[..., :, None, :] * kc[..., None, :, :]) * decay).sum(-1) @ vc  # intra-chunk, (b, h, K, c, e)
     to_end = (from_start[..., -1:, :] - from_start).clamp(max=0.0)  # (b, h, K, c, d): A_last - A_j
     states = (kc * to_end.exp()).transpose(-2, -1) @ vc  # (b, h, K, d, e)
-    carry = from_start[..., -1, :].exp()  # (b, h, K, d)
-    before = []
-    for i in range(chunks):  # the state entering each chunk
-        before.append(s)
-        s = carry[:, :, i, :, None] * s + states[:, :, i]
-    across = (qc * from_start.exp()) @ torch.stack(before, dim=2)  # inter-chunk
+    entering, s = _carry(s, from_start[..., -1, :].exp()[..., None], states)  # carry (b, h, K, d, 1)
+    across = (qc * from_start.exp()) @ entering  # inter-chunk
     return (inside + across).reshape(b, h, chunks * c, -1)[:, :, :n], s
 
 
