@@ -108,7 +108,8 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{name}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    return f"{name}, {threads} thread{'' if threads == 1 else 's'}"
 
 
 def kernel_set() -> str:

@@ -148,3 +148,36 @@ def test_cost_estimate_trains_from_an_empty_cache_and_writes_its_row(bench, tmp_
     assert not (tmp_path / "kept").exists() and os.environ["POSENC_CACHE"] == str(tmp_path / "kept")   # its own cache, then the reader's again
     with pytest.raises(SystemExit):
         bench("cost_estimate", "--steps", 0).main()
+
+
+def test_step_profile_counts_two_flops_per_multiply_add(bench):
+    step_profile = bench("step_profile")
+    assert step_profile.matmul_flops("aten::mm", [[1024, 64], [64, 256]]) == 2 * 1024 * 64 * 256
+    assert step_profile.matmul_flops("aten::addmm", [[256], [1024, 64], [64, 256], [], []]) == 2 * 1024 * 64 * 256
+    assert step_profile.matmul_flops("aten::bmm", [[3, 5, 7], [3, 7, 2]]) == 2 * 3 * 5 * 7 * 2
+    assert step_profile.matmul_flops("aten::mm", []) == 0.0          # shapes not recorded: nothing counted
+    group = step_profile.group_of
+    assert group("aten::mm") == group("aten::addmm") == "matmul"
+    assert group("aten::_scaled_dot_product_flash_attention_for_cpu_backward") == "attention"
+    assert group("aten::gelu_backward") == "GELU" and group("aten::native_layer_norm_backward") == "layer norm"
+    assert group("aten::_fused_adamw_") == "optimizer" and group("aten::copy_") == "copies"
+    assert group("aten::embedding_dense_backward") == "other"
+
+
+def test_step_profile_writes_shares_that_sum_to_one_and_gives_the_threads_back(bench, tmp_path, capsys):
+    out = tmp_path / "profile.csv"
+    threads = torch.get_num_threads()
+    bench("step_profile").main(["--schemes", "none", "--steps", 2, "--warmup-steps", 1, "--out", out])
+    assert torch.get_num_threads() == threads
+    [row] = rows_of(out)
+    shares = [float(v) for k, v in row.items() if k.startswith("share_")]
+    assert abs(sum(shares) - 1) < 0.01 and all(0 <= s <= 1 for s in shares)
+    assert float(row["step_ms"]) > 0 and float(row["matmul_gflops"]) > 0 and float(row["gemm_1024_gflops"]) > 0
+    assert row["scheme"] == "none" and "ms/step" in capsys.readouterr().out
+
+
+def test_step_profile_refuses_unknown_schemes_and_zero_steps(bench, tmp_path):
+    for argv in (["--schemes", "rotary"], ["--steps", "0"]):
+        with pytest.raises(SystemExit):
+            bench("step_profile").main(argv + ["--out", tmp_path / "x.csv"])
+    assert not (tmp_path / "x.csv").exists()

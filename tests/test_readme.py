@@ -55,3 +55,18 @@ def test_readme_quotes_the_measured_cost_estimates():
             assert f"{row['runs']} runs took {float(row['ratio']):.2f} times" in readme or \
                 f"{row['runs']} runs {float(row['ratio']):.2f} times" in readme
             assert 0.5 <= float(row["ratio"]) <= 2, "the estimate line misses the goal of a factor of 2"
+
+
+def test_readme_quotes_the_measured_step_profile():
+    """The README's account of a training step is the committed profile's RoPE row."""
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    tables = sorted((root / "benchmarks").glob("step_profile-*.csv"))
+    assert tables, "no measured step profile in benchmarks/"
+    for table in tables:
+        assert f"`benchmarks/{table.name}`" in readme
+        rope = next(r for r in csv.DictReader(table.open(encoding="utf-8")) if r["scheme"] == "rope")
+        assert f"takes {float(rope['step_ms']):.1f} ms, {float(rope['share_matmul']):.0%}".replace("%", " %") in readme
+        assert f"run at {float(rope['matmul_gflops']):.0f} GFLOP/s, against {float(rope['gemm_1024_gflops']):.0f} GFLOP/s" in readme
+        assert f"attention takes {float(rope['share_attention']):.0%} and GELU {float(rope['share_GELU']):.0%}".replace("%", " %") in readme
+        assert float(rope["matmul_gflops"]) <= float(rope["gemm_1024_gflops"]) * 1.1  # a small matmul is not faster than a large one
