@@ -76,7 +76,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -94,6 +94,25 @@ EXPLICIT = ("stick-breaking", "CoPE")
 #: to check that "auto" (the scheme's own row) is never much slower than the best of them.
 PATH_ROWS = {s: s.split(" [")[0] for s in SCHEMES if s.endswith("]")}
 HEADS, HEAD_DIM, BATCH = 8, 64, 1
+
+
+def write_rows(path: Path, rows: List[Dict[str, Any]]) -> None:
+    """Write ``rows`` as a CSV (columns: every key, in order of first appearance) whole or not at all.
+
+    The rows go to a temporary file beside ``path`` that then replaces it, so
+    an interrupted run leaves the earlier file, never half of a new one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(key for r in rows for key in r))
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with open(partial, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def machine() -> str:
@@ -485,11 +504,7 @@ def main() -> None:
         if any(r["scheme"] == "causal SDPA" for r in kept):  # the file's baseline rows stay; this run's go
             rows = [r for r in rows if r["scheme"] != "causal SDPA"]
         rows = kept + rows
-    fields = list(dict.fromkeys(key for r in rows for key in r))
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out, rows)
     print(f"\nwrote {args.out}; copy it to benchmarks/measured/ to see it in the book's appendix")
 
 

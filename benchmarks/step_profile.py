@@ -26,7 +26,6 @@ rates are what carries over.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import posenc as pe
-from attention import machine  # beside this file: the GPU's name, or the CPU model and threads
+from attention import machine, write_rows  # beside this file: the GPU's name, or the CPU model and threads
 
 RESULTS = Path(__file__).resolve().parent / "results" / "step_profile.csv"
 
@@ -138,11 +137,7 @@ def main(argv: Optional[List[Any]] = None) -> None:
         shares = ", ".join(f"{k[6:].replace('_', ' ')} {v:.0%}" for k, v in row.items() if k.startswith("share_"))
         print(f"{row['scheme']:8s} {row['step_ms']:.1f} ms/step; {shares}; matmuls {row['matmul_gflops']:.0f} GFLOP/s "
               f"against {ceiling:.0f} for a 1024 x 1024 matmul on this thread")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out, rows)
     print(f"wrote {args.out}")
 
 

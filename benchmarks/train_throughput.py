@@ -30,7 +30,6 @@ Absolute numbers depend on the machine; compare the ratios.
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -39,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 import posenc as pe
-from attention import machine  # beside this file: the GPU's name, or the CPU model and threads
+from attention import machine, write_rows  # beside this file: the GPU's name, or the CPU model and threads
 from posenc.scheme import POSITION_SCHEMES
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_throughput.csv"
@@ -126,11 +125,7 @@ def main() -> None:
                 verdict = "within" if r["relative_to_nope"] >= 0.9 else "NOT within"
                 print(f"{s} at L={r['length']}: {r['relative_to_nope']:.2f}x NoPE ({verdict} the 10% goal)")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out, rows)
     print(f"\nwrote {args.out}")
 
 

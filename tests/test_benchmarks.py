@@ -181,3 +181,18 @@ def test_step_profile_refuses_unknown_schemes_and_zero_steps(bench, tmp_path):
         with pytest.raises(SystemExit):
             bench("step_profile").main(argv + ["--out", tmp_path / "x.csv"])
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_benchmark_rows_are_written_whole_or_not_at_all(bench, tmp_path, monkeypatch):
+    attention = bench("attention")
+    out = tmp_path / "sub" / "rows.csv"
+    attention.write_rows(out, [{"a": 1}, {"a": 2, "b": 3}])           # columns: every key, first seen first
+    assert rows_of(out) == [{"a": "1", "b": ""}, {"a": "2", "b": "3"}]
+
+    def broken(self, rows):
+        raise OSError("disk full")
+    monkeypatch.setattr(attention.csv.DictWriter, "writerows", broken)
+    with pytest.raises(OSError):
+        attention.write_rows(out, [{"a": 9}])
+    assert rows_of(out) == [{"a": "1", "b": ""}, {"a": "2", "b": "3"}]  # the earlier file, whole
+    assert sorted(p.name for p in out.parent.iterdir()) == ["rows.csv"]  # and nothing half-written beside it
