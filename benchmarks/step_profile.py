@@ -105,8 +105,9 @@ def profile_scheme(scheme: str, steps: int, warmup_steps: int) -> Dict[str, Any]
     total, mm_us = sum(groups.values()), groups.get("matmul", 0.0)
     flops = sum(matmul_flops(e.key, e.input_shapes) * e.count
                 for e in shaped.key_averages(group_by_input_shape=True) if group_of(e.key) == "matmul")
-    row: Dict[str, Any] = dict(scheme=scheme, step_ms=round(step_ms, 2), profiled_step_ms=round(total * 1e-3 / steps, 2),
-               matmul_gflops=round(flops / (mm_us * 1e-6) / 1e9, 1) if mm_us else 0.0)
+    row: Dict[str, Any] = dict(scheme=scheme, step_ms=round(step_ms, 2),
+                               profiled_step_ms=round(total * 1e-3 / steps, 2),
+                               matmul_gflops=round(flops / (mm_us * 1e-6) / 1e9, 1) if mm_us else 0.0)
     for group in [g for g, _ in GROUPS] + ["other"]:
         row[f"share_{group.replace(' ', '_')}"] = round(groups.get(group, 0.0) / total, 3)
     return row

@@ -26,17 +26,26 @@ def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
     assert run.losses[-1] < run.losses[0], "the example's model learns"
 
 
+def quoted_tables(pattern, what):
+    """The README with its line breaks folded, and the committed ``benchmarks/`` tables matching ``pattern``.
+
+    Fails unless there is at least one such table and the README names each one.
+    """
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    tables = sorted((root / "benchmarks").glob(pattern))
+    assert tables, f"no measured {what} in benchmarks/"
+    for table in tables:
+        assert f"`benchmarks/{table.name}`" in readme
+    return readme, tables
+
+
 def test_how_long_quotes_the_measured_cost_table():
     """The README's "How long" numbers are the committed cost table's, not typed guesses."""
-    root = Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    tables = sorted((root / "benchmarks").glob("build_cost-*.csv"))
-    assert tables, "no measured cost table in benchmarks/"
+    quoted, tables = quoted_tables("build_cost-*.csv", "cost table")
     for table in tables:
         rows = list(csv.DictReader(table.open(encoding="utf-8")))
-        assert f"`benchmarks/{table.name}`" in readme
         total = lambda column: sum(float(r[column]) for r in rows)  # noqa: E731
-        quoted = " ".join(readme.split())                               # line breaks folded
         assert f"{len(rows)} notebooks take {total('seconds'):.0f} kernel-seconds" in quoted
         assert f"{total('train_core_s'):.0f} of those core-seconds train {total('runs_trained'):.0f} tiny models" in quoted
         assert f"{total('evaluate_core_s'):.0f} evaluate them" in quoted and f"{total('rest_s'):.0f} seconds are" in quoted
@@ -45,12 +54,8 @@ def test_how_long_quotes_the_measured_cost_table():
 
 def test_readme_quotes_the_measured_cost_estimates():
     """Each shipped comparison of the announced training time with the time taken is quoted as measured."""
-    root = Path(__file__).resolve().parents[1]
-    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
-    tables = sorted((root / "benchmarks").glob("cost_estimate-*.csv"))
-    assert tables, "no measured cost estimate in benchmarks/"
+    readme, tables = quoted_tables("cost_estimate-*.csv", "cost estimate")
     for table in tables:
-        assert f"`benchmarks/{table.name}`" in readme
         for row in csv.DictReader(table.open(encoding="utf-8")):
             assert f"{row['runs']} runs took {float(row['ratio']):.2f} times" in readme or \
                 f"{row['runs']} runs {float(row['ratio']):.2f} times" in readme
@@ -59,12 +64,8 @@ def test_readme_quotes_the_measured_cost_estimates():
 
 def test_readme_quotes_the_measured_step_profile():
     """The README's account of a training step is the committed profile's RoPE row."""
-    root = Path(__file__).resolve().parents[1]
-    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
-    tables = sorted((root / "benchmarks").glob("step_profile-*.csv"))
-    assert tables, "no measured step profile in benchmarks/"
+    readme, tables = quoted_tables("step_profile-*.csv", "step profile")
     for table in tables:
-        assert f"`benchmarks/{table.name}`" in readme
         rope = next(r for r in csv.DictReader(table.open(encoding="utf-8")) if r["scheme"] == "rope")
         assert f"takes {float(rope['step_ms']):.1f} ms, {float(rope['share_matmul']):.0%}".replace("%", " %") in readme
         assert f"run at {float(rope['matmul_gflops']):.0f} GFLOP/s, against {float(rope['gemm_1024_gflops']):.0f} GFLOP/s" in readme
